@@ -1,0 +1,42 @@
+"""The numeric RL core: advantages, losses, aggregation, presets. Torch and math only.
+
+Nothing here imports a model, tokenizer, config or logger: arguments are tensors and numbers, so the native
+trainer and the integrations share one implementation and tests check it with hand-made tensors.
+"""
+
+from mirl.algorithms.advantages import gae_advantages, grpo_advantages, returns_on_last_token, whiten
+from mirl.algorithms.aggregation import AGGREGATIONS, aggregate, aggregation_normaliser
+from mirl.algorithms.logits import entropy_from_logits, logprobs_from_logits
+from mirl.algorithms.losses import KL_ESTIMATORS, kl_penalty, policy_loss, value_loss
+from mirl.algorithms.masked import masked_mean, masked_sum, masked_var
+from mirl.algorithms.presets import (
+    ADVANTAGE_ESTIMATORS,
+    PRESETS,
+    AlgorithmPreset,
+    compute_advantages,
+    get_preset,
+)
+
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "AGGREGATIONS",
+    "KL_ESTIMATORS",
+    "PRESETS",
+    "AlgorithmPreset",
+    "aggregate",
+    "aggregation_normaliser",
+    "compute_advantages",
+    "entropy_from_logits",
+    "gae_advantages",
+    "get_preset",
+    "grpo_advantages",
+    "kl_penalty",
+    "logprobs_from_logits",
+    "masked_mean",
+    "masked_sum",
+    "masked_var",
+    "policy_loss",
+    "returns_on_last_token",
+    "value_loss",
+    "whiten",
+]

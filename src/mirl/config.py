@@ -1,0 +1,429 @@
+"""Typed configuration: dataclasses loaded as OmegaConf structured configs.
+
+``load_config(path, overrides)`` merges, in order, the defaults below, a YAML file (``configs/*.yaml``) and
+``key.sub=value`` overrides, then checks the invariants. Unknown keys and wrong types are errors that name the key,
+the value received and the nearest valid key. The resolved config is written to the run directory by
+``save_resolved``. Each field's comment is its documentation (``mirl train --help-config`` prints them).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import tempfile
+from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
+
+
+class ConfigError(ValueError):
+    """A configuration value or key is wrong; the message says which, what came, and the fix."""
+
+
+@dataclass
+class ModelConfig:
+    # hub id, local directory, .gguf file, or the built-in offline default "smollm2-135m-instruct"
+    name: str = "smollm2-135m-instruct"
+    # "auto" (float32 on CPU, bfloat16 on GPU), "float32", "bfloat16", "float16"
+    dtype: str = "auto"
+    # "auto" (cuda if available, else cpu), "cpu", "cuda", "cuda:1", ...
+    device: str = "auto"
+    # where converted GGUF weights are cached; None = $MIRL_CACHE or ~/.cache/mirl
+    cache_dir: str | None = None
+    # generation backend: "hf" (transformers generate with KV cache) or "vllm" (GPU, optional extra)
+    backend: str = "hf"
+    # LoRA rank for policy and critic; 0 trains all weights
+    lora_rank: int = 0
+    # LoRA scaling alpha
+    lora_alpha: float = 32.0
+    # critic backbone for ppo/dapo; None = a copy of the policy backbone
+    critic_name: str | None = None
+    # recompute activations in the backward pass to save memory
+    gradient_checkpointing: bool = False
+
+
+@dataclass
+class EnvEntry:
+    # registered environment name (see `mirl envs`)
+    name: str = "frozenlake"
+    # relative share of the P prompt groups drawn from this env
+    weight: float = 1.0
+    # keyword arguments passed to mirl.envs.make(name, **options)
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RolloutConfig:
+    # P: distinct env instances (prompt groups) per iteration
+    prompts_per_iteration: int = 8
+    # K: rollouts per prompt group; all K share the instance seed
+    group_size: int = 16
+    # turns at most per episode
+    max_turns: int = 5
+    # actions a reply may hold, separated by "||"
+    max_actions_per_turn: int = 2
+    # actions an episode may take in all; None = the env's default
+    action_budget: int | None = None
+    # reward added for a turn whose reply does not parse or holds an illegal action
+    format_penalty: float = -0.1
+    # tokens per turn at most
+    max_new_tokens: int = 400
+    # sampling temperature for training rollouts
+    temperature: float = 1.0
+    # nucleus sampling mass for training rollouts
+    top_p: float = 1.0
+    # "full" (whole history, oldest turns dropped when too long) or "window" (last context_window turns)
+    context_mode: str = "full"
+    # turns kept in "window" mode
+    context_window: int = 2
+    # longest context in tokens before oldest turns are dropped
+    max_context_tokens: int = 4096
+    # prompts per generate call at most (all active episodes are batched up to this)
+    generation_batch_size: int = 128
+
+
+@dataclass
+class AlgorithmConfig:
+    # "ppo", "dapo", "grpo" or "dr_grpo" (REFERENCE §6); the fields below left None take the preset's value
+    preset: str = "ppo"
+    # lower clip range of the importance ratio; None = preset
+    eps_low: float | None = None
+    # upper clip range (clip-higher); None = preset
+    eps_high: float | None = None
+    # dual-clip constant c for negative advantages; None = preset
+    dual_clip: float | None = None
+    # loss aggregation: token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm
+    agg: str | None = None
+    # entropy bonus coefficient; None = preset (0.001)
+    entropy_coef: float | None = None
+    # KL(pi || pi_ref) coefficient; 0 disables the reference model
+    kl_coef: float | None = None
+    # KL estimator: k1, k2, k3
+    kl_kind: str = "k3"
+    # GAE discount; None = preset
+    gamma: float | None = None
+    # GAE lambda; None = preset
+    lam: float | None = None
+    # actor learning rate (AdamW)
+    actor_lr: float = 1e-6
+    # critic learning rate (AdamW)
+    critic_lr: float = 1e-5
+    # AdamW weight decay
+    weight_decay: float = 0.01
+    # global gradient-norm clip
+    grad_clip: float = 1.0
+    # passes over the kept batch per iteration
+    ppo_epochs: int = 1
+    # trajectories per optimiser step (reference semantics: filtering reduces the number of steps)
+    mini_batch_size: int = 32
+    # if set, a fixed number of optimiser steps per epoch; mini_batch_size is then derived from the kept rows
+    updates_per_iteration: int | None = None
+    # rows per forward/backward pass; gradients are accumulated with one global normaliser
+    micro_batch_size: int = 4
+    # scale the loss when filtering shrinks the batch: "none", "linear" (x kept ratio), "sqrt"
+    loss_scaling: str = "none"
+    # value-function clip range
+    value_clip: float = 0.5
+    # DAPO dynamic sampling: drop zero-spread groups and refill with fresh prompts
+    dynamic_sampling: bool = False
+    # refill rounds at most per iteration for dynamic sampling
+    dynamic_sampling_max_rounds: int = 3
+    # recompute old log-probs with a forward pass instead of using the sampled ones
+    recompute_old_logprobs: bool = False
+
+
+@dataclass
+class FilterConfig:
+    # "top_p", "top_k", "top_k_abs", "min_p", "band", "none" (REFERENCE §4)
+    strategy: str = "top_p"
+    # p for top_p / min_p, fraction for top_k, count for top_k_abs
+    value: float = 0.9
+    # "linear" (recommended) or "softmax" (the paper's main table)
+    mode: str = "linear"
+    # per-group score: "std" (reference), "var", "mean", "sum"
+    statistic: str = "std"
+    # keep zero-score groups in the ranking (reference default true; recommended false)
+    include_zero: bool = False
+    # rank largest scores first; false inverts every ranking
+    largest: bool = True
+    # slack subtracted from the top-p mass target
+    eps: float = 0.01
+    # rank range [lo, hi) kept by strategy "band", as fractions of the sorted groups
+    band_lo: float = 0.0
+    band_hi: float = 1.0
+    # trajectory-level control: keep this many trajectories per group (top and bottom halves); 0 = off
+    trajectories_per_group: int = 0
+    # a return at or above this counts as success when labelling groups too easy / too hard
+    success_threshold: float = 1.0
+
+
+@dataclass
+class DiagnosticsConfig:
+    # compute MI proxies during training
+    enabled: bool = True
+    # schedule: iteration 1 and every `every` iterations, on the batch before filtering
+    every: int = 5
+    # scopes: "first_turn", "trajectory", "turn_position"
+    scopes: list[str] = field(default_factory=lambda: ["first_turn", "trajectory"])
+    # (X, Z) pairs per scope
+    num_pairs: int = 64
+    # retrieval recall@k cut-offs
+    ks: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    # epsilon added to the marginal std in MI-ZScore
+    std_eps: float = 1e-3
+    # decay of the marginal-std EMA used by MI-ZScore-EMA
+    ema_decay: float = 0.9
+    # tokens per scoring forward pass at most (memory budget)
+    max_batch_tokens: int = 8192
+    # also score Z -> answer and X -> answer (action dependence, beyond the paper)
+    action_dependence: bool = False
+    # gradient decomposition every n iterations; 0 = off
+    gradient_every: int = 0
+    # "quantile" (6 equal-size buckets) or "fixed" ([0,1), [1,2), ..., [5, inf))
+    gradient_buckets: str = "quantile"
+    # per-token H(Z|X) (nats) separating high from low within-input diversity in the regime name
+    regime_entropy_threshold: float = 0.5
+    # MI-Est as a fraction of log N separating input-grounded from collapsed in the regime name
+    regime_mi_fraction: float = 0.1
+
+
+@dataclass
+class EarlyStopConfig:
+    # stop after this many consecutive iterations whose selection was empty
+    max_empty_steps: int = 5
+    # reward-spread collapse: baseline = mean in-group std over the first n non-empty iterations (0 = off)
+    spread_baseline_iterations: int = 10
+    # ... stop when spread stays below this fraction of the baseline ...
+    spread_fraction: float = 0.1
+    # ... for this many consecutive iterations
+    spread_patience: int = 10
+    # validation-success collapse: stop when success stays below this ...
+    val_success_floor: float = 0.01
+    # ... for this many consecutive validations (0 = off)
+    val_patience: int = 5
+
+
+@dataclass
+class ValidationConfig:
+    # validate every n iterations and at the end; 0 = only at the end; -1 = never
+    every: int = 10
+    # fixed validation instances per env (seeds disjoint from training)
+    num_instances: int = 512
+    # samples per validation instance (pass@K uses all of them)
+    group_size: int = 1
+    # sampling temperature for validation
+    temperature: float = 0.5
+
+
+@dataclass
+class LoggingConfig:
+    # write TensorBoard events when tensorboard is installed
+    tensorboard: bool = True
+    # log to Weights & Biases (needs the wandb extra)
+    wandb: bool = False
+    # wandb project name
+    wandb_project: str = "mirl"
+    # episodes saved per iteration under rollouts/: "all", "sample" or "none"
+    save_rollouts: str = "sample"
+    # groups saved per iteration when save_rollouts is "sample"
+    rollout_sample_groups: int = 2
+    # rich progress bar on the console
+    progress: bool = True
+
+
+@dataclass
+class TrainerConfig:
+    # training iterations at most
+    iterations: int = 400
+    # run seed: instance seeds, sampling and initialisation derive from it
+    seed: int = 0
+    # parent directory of run directories
+    output_dir: str = "runs"
+    # run name; None = "<env>-<preset>-<timestamp>"
+    name: str | None = None
+    # deterministic torch algorithms (slower; used for exact resume tests)
+    deterministic: bool = False
+    # checkpoint every n iterations (and at the end); 0 = only at the end
+    checkpoint_every: int = 10
+    # checkpoints kept on disk
+    keep_checkpoints: int = 2
+    early_stop: EarlyStopConfig = field(default_factory=EarlyStopConfig)
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    # environments mixed by weight; the P prompt groups are split among them
+    envs: list[EnvEntry] = field(default_factory=lambda: [EnvEntry()])
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    filter: FilterConfig = field(default_factory=FilterConfig)
+    diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+
+
+# ---------------------------------------------------------------- loading
+
+
+def _all_keys(cls: type, prefix: str = "") -> list[str]:
+    keys = []
+    for f in fields(cls):
+        key = f"{prefix}{f.name}"
+        keys.append(key)
+        default = f.default_factory() if callable(f.default_factory) else f.default  # type: ignore[misc]
+        if is_dataclass(default):
+            keys.extend(_all_keys(type(default), key + "."))
+    return keys
+
+
+def _field_type(key: str) -> str:
+    cls: Any = Config
+    annotation: Any = "a valid value"
+    for part in key.split("."):
+        match = {f.name: f for f in fields(cls)}.get(part) if is_dataclass(cls) else None
+        if match is None:
+            return str(annotation)
+        annotation = match.type
+        default = match.default_factory() if callable(match.default_factory) else match.default
+        cls = type(default)
+    return f"of type {annotation}"
+
+
+def _suggest(key: str) -> str:
+    close = difflib.get_close_matches(key, _all_keys(Config), n=1, cutoff=0.5)
+    if not close:
+        leaf = key.rsplit(".", 1)[-1]
+        close = [k for k in _all_keys(Config) if k.rsplit(".", 1)[-1] == leaf][:1]
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def _friendly(err: OmegaConfBaseException, source: str) -> ConfigError:
+    key = getattr(err, "full_key", None) or ""
+    value = getattr(err, "value", None)
+    if isinstance(err, ConfigKeyError | ConfigAttributeError):
+        return ConfigError(f"unknown config key '{key}' in {source}{_suggest(key)}")
+    if isinstance(err, ValidationError):
+        return ConfigError(
+            f"config key '{key}' got {value!r} from {source}, but it must be {_field_type(key)}; fix the value"
+        )
+    return ConfigError(f"config error in {source} at '{key}': {err.msg if hasattr(err, 'msg') else err}")
+
+
+def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Defaults <- YAML file <- ``key.sub=value`` overrides, checked, as a plain :class:`Config`."""
+    merged = OmegaConf.structured(Config)
+    sources = []
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist; see configs/ for the presets")
+        sources.append((OmegaConf.load(path), str(path)))
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not key=value; write e.g. rollout.group_size=8")
+        sources.append((OmegaConf.from_dotlist([item]), f"override {item!r}"))
+    for source, name in sources:
+        try:
+            merged = OmegaConf.merge(merged, source)
+        except OmegaConfBaseException as err:
+            raise _friendly(err, name) from None
+    config = OmegaConf.to_object(merged)
+    validate(config)
+    return config  # type: ignore[return-value]
+
+
+def to_yaml(config: Config) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(config))
+
+
+def save_resolved(config: Config, run_dir: str | os.PathLike) -> Path:
+    """Write ``config.yaml`` into ``run_dir`` atomically (write a temporary file, then rename)."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    target = run_dir / "config.yaml"
+    with tempfile.NamedTemporaryFile("w", dir=run_dir, delete=False, suffix=".tmp") as handle:
+        handle.write(to_yaml(config))
+    os.replace(handle.name, target)
+    return target
+
+
+# ---------------------------------------------------------------- invariants
+
+_CHOICES = {
+    "algorithm.preset": ("ppo", "dapo", "grpo", "dr_grpo"),
+    "algorithm.kl_kind": ("k1", "k2", "k3"),
+    "algorithm.loss_scaling": ("none", "linear", "sqrt"),
+    "filter.strategy": ("top_p", "top_k", "top_k_abs", "min_p", "band", "none"),
+    "filter.mode": ("linear", "softmax"),
+    "filter.statistic": ("std", "var", "mean", "sum"),
+    "rollout.context_mode": ("full", "window"),
+    "model.backend": ("hf", "vllm"),
+    "model.dtype": ("auto", "float32", "bfloat16", "float16"),
+    "diagnostics.gradient_buckets": ("quantile", "fixed"),
+    "logging.save_rollouts": ("all", "sample", "none"),
+}
+
+
+def _get(config: Config, key: str) -> Any:
+    value: Any = config
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def validate(config: Config) -> None:
+    """Check the invariants that types cannot express; raise ConfigError saying value and fix."""
+    for key, choices in _CHOICES.items():
+        value = _get(config, key)
+        if value not in choices:
+            close = difflib.get_close_matches(str(value), choices, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"{key} must be one of {', '.join(choices)}, got {value!r}{hint}")
+    for scope in config.diagnostics.scopes:
+        if scope not in ("first_turn", "trajectory", "turn_position"):
+            raise ConfigError(
+                f"diagnostics.scopes entries must be first_turn, trajectory or turn_position, got {scope!r}"
+            )
+    positive = (
+        "rollout.prompts_per_iteration",
+        "rollout.group_size",
+        "rollout.max_turns",
+        "rollout.max_actions_per_turn",
+        "rollout.max_new_tokens",
+        "algorithm.ppo_epochs",
+        "algorithm.mini_batch_size",
+        "algorithm.micro_batch_size",
+        "trainer.iterations",
+        "diagnostics.num_pairs",
+    )
+    for key in positive:
+        if _get(config, key) < 1:
+            raise ConfigError(f"{key} must be >= 1, got {_get(config, key)}")
+    if config.algorithm.preset in ("grpo", "dr_grpo") and config.rollout.group_size < 2:
+        raise ConfigError(
+            f"rollout.group_size must be >= 2 for group advantages, got {config.rollout.group_size}; "
+            "set rollout.group_size=8 or algorithm.preset=ppo"
+        )
+    if not config.envs:
+        raise ConfigError("envs must list at least one environment, e.g. envs=[{name: frozenlake}]")
+    if any(entry.weight <= 0 for entry in config.envs):
+        raise ConfigError("every envs[i].weight must be > 0")
+    if not config.rollout.temperature > 0.0:
+        raise ConfigError(f"rollout.temperature must be > 0, got {config.rollout.temperature}")
+    if not 0.0 < config.rollout.top_p <= 1.0:
+        raise ConfigError(f"rollout.top_p must be in (0, 1], got {config.rollout.top_p}")
+    if not 0.0 <= config.filter.band_lo < config.filter.band_hi <= 1.0:
+        raise ConfigError(
+            f"filter.band_lo/band_hi must satisfy 0 <= lo < hi <= 1, got {config.filter.band_lo}, "
+            f"{config.filter.band_hi}"
+        )
+    if config.filter.trajectories_per_group > config.rollout.group_size:
+        raise ConfigError(
+            f"filter.trajectories_per_group must be <= rollout.group_size ({config.rollout.group_size}), "
+            f"got {config.filter.trajectories_per_group}"
+        )

@@ -1,0 +1,92 @@
+"""The text-environment contract.
+
+An environment is a Gymnasium environment whose observations and actions are strings:
+
+- ``reset(*, seed, options=None) -> (observation, info)``: the instance is a pure function of ``seed`` (one RNG
+  per env, created here; no global random state is read or written);
+- ``step(action) -> (observation, reward, terminated, truncated, info)`` takes ONE action (the rollout engine
+  splits a reply on ``||`` and enforces the per-turn cap, the action budget and the format penalty);
+- ``render() -> str`` is the current state text, exactly what the agent would be shown.
+
+``info`` always carries ``success`` (bool), ``action_valid`` (the action was legal and parsed) and
+``action_effective`` (it changed the state). An illegal action never raises: it leaves the state unchanged,
+returns reward 0 and ``action_valid=False``.
+
+Observation and action spaces are :class:`AnyText`: a ``gymnasium.spaces.Text`` that accepts every string up to
+its length limit (``Text`` alone accepts only alphanumerics, which no grid or question fits) and samples
+printable ASCII, so each env passes ``gymnasium.utils.env_checker.check_env``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import string
+
+import gymnasium
+
+
+class AnyText(gymnasium.spaces.Text):
+    """A text space that contains every ``str`` of length ``min_length..max_length``, whatever its characters."""
+
+    def __init__(self, max_length: int, *, min_length: int = 0) -> None:
+        super().__init__(max_length, min_length=min_length, charset=string.printable)
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str) and self.min_length <= len(x) <= self.max_length
+
+
+class TextEnv(gymnasium.Env):
+    """Base class of mirl environments. Subclasses set the class attributes and implement the three methods."""
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""  # one line, shown by `mirl envs`
+    # legal action words, matched case-insensitively; None for free-form answers (Countdown, MetaMathQA).
+    # Read it from the instance after reset: an env may narrow it per instance (Bandit's arm names).
+    action_words: ClassVar[tuple[str, ...] | None] = None
+    symbol_legend: ClassVar[str | None] = None  # grid envs: what each symbol means
+    default_action_budget: ClassVar[int] = 10  # actions an episode may take in all
+    multi_turn: ClassVar[bool] = True
+    max_actions_per_turn: ClassVar[int] = 1  # upper bound the engine may use; grid envs allow several
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.observation_space = AnyText(max_length=1 << 16)
+        self.action_space = AnyText(max_length=1 << 12)
+        self.render_mode = "ansi"
+
+    def parse_action(self, action: str) -> str | None:
+        """The legal action word ``action`` names (case-insensitive, surrounding whitespace ignored), else None.
+
+        >>> class Two(TextEnv):
+        ...     action_words = ("Left", "Right")
+        >>> Two().parse_action("  left "), Two().parse_action("Lefty")
+        ('Left', None)
+        """
+        if not isinstance(action, str) or self.action_words is None:
+            return None
+        wanted = action.strip().casefold()
+        return next((word for word in self.action_words if word.casefold() == wanted), None)
+
+    @property
+    def instruction(self) -> str:
+        """The task description placed in the system prompt."""
+        raise NotImplementedError
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
+        """Seed the env's one RNG; subclasses call ``super().reset(seed=seed)`` first, then build the instance.
+
+        Gymnasium's rule: an int ``seed`` makes a fresh ``self.np_random`` from it; ``None`` keeps the current
+        stream (or draws OS entropy on the very first reset). Every random draw of an instance, its generation
+        and any stochastic transition alike, comes from ``self.np_random``. The base returns an empty state.
+        """
+        super().reset(seed=seed, options=options)
+        return "", {}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
+        raise NotImplementedError
+
+    def render(self) -> str:
+        raise NotImplementedError

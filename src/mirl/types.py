@@ -1,0 +1,130 @@
+"""The nouns every stage passes along.
+
+Shape letters (README glossary): P prompts, K samples per prompt, B rows in a batch, T tokens, V vocabulary,
+M scored reasonings, N prompt columns. Masks are ``bool`` with True meaning "counts".
+
+Token ids and log-probs inside frozen records are tuples so a record can never be mutated after the stage that
+made it; tensors appear only in :class:`RolloutBatch`, which the trainer builds from episodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How a policy samples one turn."""
+
+    max_new_tokens: int = 400
+    temperature: float = 1.0
+    top_p: float = 1.0
+    # generation stops after the first of these strings appears in the decoded reply (or at end-of-turn / eos)
+    stop: tuple[str, ...] = ("</answer>",)
+    # None: draw from the caller's generator state; an int makes the call reproducible
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One sampled continuation: the ids exactly as sampled and their log-probs.
+
+    ``logprobs[t]`` is log pi(token_ids[t] | prompt, token_ids[:t]) under the distribution that was sampled from
+    (logits divided by the temperature, before any top-p truncation), in float32 or better.
+    """
+
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    finish_reason: str  # "stop" (a stop string), "eos" (end-of-turn or eos token), "length" (max_new_tokens)
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One agent turn, with the exact token stream the model saw and produced."""
+
+    context_ids: tuple[int, ...]  # everything the model was given, ending with the pre-filled "<think>"
+    response_ids: tuple[int, ...]  # the sampled ids, exactly
+    response_logprobs: tuple[float, ...]  # (len(response_ids),)
+    response_text: str  # "<think>" + decode(response_ids): the reply as the parser saw it
+    observation: str  # the state text shown in this turn's user message
+    reasoning_span: tuple[int, int] | None  # [start, end) into response_ids of Z: between the tags, stripped
+    actions: tuple[str, ...]  # parsed actions, in order, capped at the per-turn limit
+    reward: float  # env rewards of this turn's actions plus the format penalty, if any
+    format_valid: bool  # the reply matched <think>...</think><answer>...</answer>
+    actions_valid: bool  # format_valid and every action legal
+    finish_reason: str = "stop"
+
+    @property
+    def reasoning_ids(self) -> tuple[int, ...]:
+        if self.reasoning_span is None:
+            return ()
+        start, end = self.reasoning_span
+        return self.response_ids[start:end]
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """An environment instance: a registered env name, its options and the seed that fixes the instance."""
+
+    env: str
+    seed: int
+    options: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Episode:
+    """A finished trajectory of one env instance; ``group`` and ``sample`` place it in the (P, K) layout."""
+
+    spec: EnvSpec
+    group: int  # prompt index p in [0, P)
+    sample: int  # sample index k in [0, K)
+    turns: tuple[Turn, ...]
+    success: bool
+    # "success", "terminated", "truncated", "action_budget", "max_turns", "context_length"
+    end_reason: str
+    system_prompt_ids: tuple[int, ...] = ()
+
+    @property
+    def total_reward(self) -> float:
+        """The episode return: env rewards plus format penalties over all turns."""
+        return float(sum(turn.reward for turn in self.turns))
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.turns)
+
+
+@dataclass(frozen=True)
+class RolloutBatch:
+    """Episodes collated into right-padded token tensors for training.
+
+    ``old_logprobs[b, t]`` is the sampled log-prob of ``input_ids[b, t]`` where ``response_mask[b, t]``;
+    it is 0 elsewhere and must never be read there. ``token_rewards`` holds the episode return on the last
+    response token of each row.
+    """
+
+    input_ids: torch.Tensor  # (B, T) long
+    attention_mask: torch.Tensor  # (B, T) bool
+    response_mask: torch.Tensor  # (B, T) bool: model-sampled tokens only
+    old_logprobs: torch.Tensor  # (B, T) float
+    token_rewards: torch.Tensor  # (B, T) float
+    returns: torch.Tensor  # (B,) float: episode return of the row's trajectory
+    group_ids: torch.Tensor  # (B,) long: prompt group p of the row
+    episode_ids: torch.Tensor  # (B,) long: index of the row's episode in the collated list
+    turn_ids: torch.Tensor  # (B, T) long: turn number of each response token, -1 elsewhere
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @property
+    def num_response_tokens(self) -> int:
+        return int(self.response_mask.sum())
+
+    def select(self, rows: torch.Tensor) -> RolloutBatch:
+        """The rows picked by a bool mask (B,) or a long index tensor, as a new batch."""
+        fields = {name: getattr(self, name)[rows] for name in self.__dataclass_fields__}
+        return RolloutBatch(**fields)
