@@ -19,9 +19,8 @@ printable ASCII, so each env passes ``gymnasium.utils.env_checker.check_env``.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
-
 import string
+from typing import Any, ClassVar
 
 import gymnasium
 

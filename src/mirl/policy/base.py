@@ -23,8 +23,6 @@ class Policy(Protocol):
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[Generation]: ...
 
-    def score(
-        self, prefixes: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]
-    ) -> list[torch.Tensor]:
+    def score(self, prefixes: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]) -> list[torch.Tensor]:
         """Per-token log-probs: element i is a float tensor of shape (len(continuations[i]),)."""
         ...

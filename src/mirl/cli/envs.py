@@ -1,0 +1,143 @@
+"""``mirl envs`` lists the registered environments; ``mirl play ENV`` lets a person play one in the terminal.
+
+``mirl play`` prints the instruction, the legend and the legal actions once, then exactly the observation text an
+agent would be shown, and after each action its reward. Actions are read line by line from stdin, so a game can
+be scripted (``printf 'Up\\nLeft\\n' | mirl play sokoban --seed 3``); it ends at EOF, on ``quit``, when the
+episode terminates or is truncated, or when the env's action budget is spent. Blank lines are ignored.
+Options are ``key=value`` words: ``true``/``false`` become bools, ``none`` None, numbers int or float, and a
+comma-separated value a tuple (``num_numbers=3,4``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+QUIT = "quit"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    envs = subparsers.add_parser("envs", help="list the registered environments and their options")
+    envs.add_argument("names", nargs="*", metavar="ENV", help="show only these environments")
+    envs.set_defaults(func=run_envs)
+    play = subparsers.add_parser("play", help="play an environment in the terminal (actions from stdin)")
+    play.add_argument("env", metavar="ENV", help="a registered environment name (see `mirl envs`)")
+    play.add_argument("--seed", type=int, default=0, help="instance seed (default 0)")
+    # REMAINDER, not "*": argparse (< 3.12) would bind an empty list before a --seed that follows ENV
+    play.add_argument(
+        "options", nargs=argparse.REMAINDER, metavar="KEY=VALUE", help="environment options, e.g. view=coordinates"
+    )
+    play.set_defaults(func=run_play)
+
+
+def coerce(text: str) -> Any:
+    """``key=value`` value text -> bool, None, int, float, tuple (comma-separated) or the text itself.
+
+    >>> coerce("true"), coerce("none"), coerce("3"), coerce("0.5"), coerce("3,4"), coerce("grid")
+    (True, None, 3, 0.5, (3, 4), 'grid')
+    """
+    if "," in text:
+        return tuple(coerce(part.strip()) for part in text.split(",") if part.strip())
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered in ("none", "null"):
+        return None
+    for convert in (int, float):
+        try:
+            return convert(text)
+        except ValueError:
+            pass
+    return text
+
+
+def split_seed(words: list[str], seed: int) -> tuple[int, list[str]]:
+    """Take a ``--seed N`` / ``--seed=N`` that follows ENV out of the option words.
+
+    >>> split_seed(["size=5", "--seed", "3"], 0)
+    (3, ['size=5'])
+    """
+    rest: list[str] = []
+    words = list(words)
+    while words:
+        word = words.pop(0)
+        if word == "--seed" or word.startswith("--seed="):
+            value = word.partition("=")[2] if "=" in word else (words.pop(0) if words else "")
+            if not value.lstrip("-").isdigit():
+                raise ValueError(f"--seed expects an integer, got {value!r}; e.g. --seed 3")
+            seed = int(value)
+        else:
+            rest.append(word)
+    return seed, rest
+
+
+def parse_options(words: list[str]) -> dict[str, Any]:
+    """``["size=5", "view=grid"]`` -> ``{"size": 5, "view": "grid"}``; a word without ``=`` is an error."""
+    options: dict[str, Any] = {}
+    for word in words:
+        key, sep, value = word.partition("=")
+        if not sep or not key:
+            raise ValueError(f"options are written key=value, got {word!r}; e.g. success_rate=1.0")
+        options[key] = coerce(value)
+    return options
+
+
+def run_envs(args: argparse.Namespace) -> int:
+    from mirl.envs import env_options, registry
+
+    names = args.names or sorted(registry)
+    for name in names:
+        if name not in registry:
+            print(
+                f"mirl envs: unknown environment {name!r}; registered: {', '.join(sorted(registry))}", file=sys.stderr
+            )
+            return 2
+    width = max(len(name) for name in names)
+    for name in names:
+        print(f"{name:<{width}}  {registry[name].description}")
+        settings = [(f"{option}={default!r}", doc) for option, (default, doc) in env_options(name).items()]
+        column = max((len(setting) for setting, _ in settings), default=0)
+        for setting, doc in settings:
+            print(f"    {setting:<{column}}  {doc}".rstrip())
+    return 0
+
+
+def _header(env: Any) -> str:
+    lines = [env.instruction]
+    if env.symbol_legend:
+        lines.append(f"Symbols: {env.symbol_legend}")
+    actions = ", ".join(env.action_words) if env.action_words else "free-form text"
+    lines.append(f"Actions: {actions}. Action budget: {env.default_action_budget}. Type 'quit' to stop.")
+    return "\n".join(lines)
+
+
+def run_play(args: argparse.Namespace) -> int:
+    from mirl.envs import make
+
+    try:
+        seed, words = split_seed(args.options, args.seed)
+        env = make(args.env, **parse_options(words))
+    except ValueError as error:
+        print(f"mirl play: {error}", file=sys.stderr)
+        return 2
+    observation, _ = env.reset(seed=seed)
+    print(f"== {env.name} (seed {seed}) ==\n{_header(env)}\n\n{observation}", flush=True)
+    total, used, done = 0.0, 0, False
+    while not done:
+        if sys.stdin.isatty():
+            print("> ", end="", flush=True)
+        line = sys.stdin.readline()
+        if not line or line.strip().lower() == QUIT:
+            break
+        if not line.strip():
+            continue
+        observation, reward, terminated, truncated, info = env.step(line.rstrip("\n"))
+        total, used = total + reward, used + 1
+        note = "" if info["action_valid"] else "  (invalid action: nothing happened)"
+        print(f"\nreward: {reward:g}  return: {total:g}  actions: {used}/{env.default_action_budget}{note}")
+        print(observation, flush=True)
+        done = terminated or truncated or used >= env.default_action_budget
+    if done:
+        print(f"\nepisode over: success={info['success']}, return={total:g}, actions={used}")
+    return 0

@@ -1,0 +1,91 @@
+"""Name -> environment class registry, with error messages that list the valid choices.
+
+>>> from mirl.envs import make
+>>> make("sokoban").name
+'sokoban'
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import re
+from collections.abc import Callable
+from types import MappingProxyType
+from typing import Any
+
+from mirl.envs.base import TextEnv
+
+_REGISTRY: dict[str, type[TextEnv]] = {}
+registry: MappingProxyType[str, type[TextEnv]] = MappingProxyType(_REGISTRY)  # read-only view
+
+
+def register(name: str) -> Callable[[type], type]:
+    """Class decorator: record ``cls`` under ``name`` and set ``cls.name = name``."""
+
+    def decorate(cls: type) -> type:
+        if not (isinstance(cls, type) and issubclass(cls, TextEnv)):
+            raise TypeError(f"register({name!r}): expected a TextEnv subclass, got {cls!r}")
+        if name in _REGISTRY and _REGISTRY[name] is not cls:
+            raise ValueError(
+                f"environment name {name!r} is already registered to {_REGISTRY[name].__qualname__}; "
+                f"pick another name for {cls.__qualname__}"
+            )
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return decorate
+
+
+def _nearest(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.5)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def _lookup(name: str) -> type[TextEnv]:
+    if name not in _REGISTRY:
+        names = sorted(_REGISTRY)
+        raise ValueError(f"unknown environment {name!r}; registered: {', '.join(names)}.{_nearest(name, names)}")
+    return _REGISTRY[name]
+
+
+def _arg_docs(cls: type) -> dict[str, str]:
+    """``{option: text}`` from the ``Arguments:`` docstring section, entries ``name: text`` or ``- ``name``: text``.
+
+    The section is read from the module docstring (the env file's convention), else the class docstring.
+    """
+    docs: dict[str, str] = {}
+    entry = re.compile(r"^[ \t]+(?:[-*][ \t]+)?(?:``)?(\w+)(?:``)?:[ \t]*(.+)$", flags=re.MULTILINE)
+    for doc in (inspect.getdoc(inspect.getmodule(cls)), inspect.getdoc(cls)):
+        section = re.search(r"^Arguments:[ \t]*\n((?:[ \t]+\S.*(?:\n|$))+)", doc or "", flags=re.MULTILINE)
+        for match in entry.finditer(section.group(1) if section else ""):
+            docs.setdefault(match.group(1), match.group(2).strip())
+    return docs
+
+
+def env_options(name: str) -> dict[str, tuple[Any, str]]:
+    """Keyword options of environment ``name``: ``{option: (default, one-line doc)}`` from its ``__init__``."""
+    cls = _lookup(name)
+    docs = _arg_docs(cls)
+    options: dict[str, tuple[Any, str]] = {}
+    for param in inspect.signature(cls.__init__).parameters.values():
+        if param.name == "self" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        default = None if param.default is inspect.Parameter.empty else param.default
+        options[param.name] = (default, docs.get(param.name, ""))
+    return options
+
+
+def make(name: str, **kwargs: Any) -> TextEnv:
+    """Instantiate environment ``name`` with keyword options; unknown names or options raise ``ValueError``."""
+    cls = _lookup(name)
+    valid = list(env_options(name))
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(cls.__init__).parameters.values())
+    for key in kwargs:
+        if key not in valid and not takes_any:
+            raise ValueError(
+                f"unknown option {key!r} for environment {name!r}; valid options: "
+                f"{', '.join(valid) or '(none)'}.{_nearest(key, valid)}"
+            )
+    return cls(**kwargs)

