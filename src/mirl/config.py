@@ -81,6 +81,8 @@ class RolloutConfig:
     context_window: int = 2
     # longest context in tokens before oldest turns are dropped
     max_context_tokens: int = 4096
+    # append a one-line example reply to each user message (helps ~100M models find the format)
+    format_example: bool = False
     # prompts per generate call at most (all active episodes are batched up to this)
     generation_batch_size: int = 128
 

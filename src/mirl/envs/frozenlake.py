@@ -101,10 +101,15 @@ class FrozenLakeEnv(TextEnv):
 
     @property
     def instruction(self) -> str:
+        ice = (
+            "the ice is slippery, so a move sometimes goes to one side of the intended direction instead "
+            "(never backwards)"
+            if self.success_rate < 1.0
+            else "every move goes exactly where you intend"
+        )
         return (
             "You are walking on a frozen lake. Reach the goal without stepping into a hole. You move Left, Down, "
-            "Right or Up one cell at a time; the ice is slippery, so a move sometimes goes to one side of the "
-            "intended direction instead (never backwards). Reaching the goal earns 1; everything else earns 0."
+            f"Right or Up one cell at a time; {ice}. Reaching the goal earns 1; everything else earns 0."
         )
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:

@@ -1,0 +1,281 @@
+"""The multi-turn rollout engine: P env instances x K samples, one batched generate call per turn.
+
+Episode ``(p, k)`` plays ``specs[p]`` (every k shares the seed, so a group faces one initial state) and has
+``group=p, sample=k``. Each turn, every active episode's context is built and all of them go to the policy in one
+``generate`` call (split into chunks of ``config.generation_batch_size``); then each reply is parsed and its
+actions stepped through the episode's env.
+
+Per-turn rules (REFERENCE §7):
+
+- The per-turn cap is ``min(config.max_actions_per_turn, env.max_actions_per_turn)`` (1 for free-form envs);
+  pieces past the cap are ignored. The action budget is ``config.action_budget`` or the env's default; only
+  actions the env accepted (``info["action_valid"]``) spend it, and none is stepped once it is spent.
+- A turn is *bad* when the reply does not parse (including replies cut at ``max_new_tokens`` before
+  ``</answer>``), holds no action, or holds an illegal action (an unknown action word, or one the env reports
+  invalid). A bad turn gets ``config.format_penalty`` once. In a partly illegal turn the legal actions still
+  execute, in order (as the reference does), and the penalty applies. When no action executed, the state is
+  unchanged and the next user message says so.
+- The episode ends when the env terminates or truncates (``end_reason`` "success" when ``info["success"]``,
+  else "terminated" / "truncated"), when the budget is spent ("action_budget"), after ``config.max_turns`` turns
+  (1 for single-turn envs; "max_turns"), or when even the current turn alone does not fit in
+  ``config.max_context_tokens`` ("context_length"). ``success`` is ``info["success"]`` of the last executed step.
+
+Token-in, token-out. A context is ``system ids + first-prompt ids of the first kept turn j`` followed, for each
+later turn, by the sampled ids and the ids of ``bridge(user message) + "<think>"`` (see
+:class:`~mirl.rollout.prompts.ChatFormat`). When a reply ended with eos (``finish_reason == "eos"``) and its last
+id equals the first bridge id (ChatML's ``<|im_end|>``), that first bridge id is not added again. Context modes:
+``"full"`` keeps every turn from j on, where j starts at 0 and moves forward (never back) while the context is
+longer than ``config.max_context_tokens``; ``"window"`` starts at the later of that and ``i - context_window + 1``
+for turn i (the window counts the current turn). Without a dropped turn, each full-mode context extends the
+previous context and reply exactly, which is what :func:`~mirl.rollout.collate.collate` relies on.
+
+Reproducibility: with ``sampling_seed``, chunk c of turn t samples with :func:`turn_seed` ``(sampling_seed, t, c)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mirl.config import RolloutConfig
+from mirl.envs import make
+from mirl.rollout.parsing import THINK_OPEN, decode, parse_reply, reasoning_span
+from mirl.rollout.prompts import ChatFormat, encode, format_example, system_prompt, user_message
+from mirl.types import EnvSpec, Episode, Generation, SamplingParams, Turn
+
+STOP_STRINGS = ("</answer>",)
+CONTEXT_MODES = ("full", "window")
+
+ProgressFn = Callable[[int, int, int], None]  # (turn index, episodes active in it, episodes in all)
+
+
+def turn_seed(sampling_seed: int, turn: int, chunk: int) -> int:
+    """The sampling seed of generate chunk ``chunk`` in turn ``turn`` (0-based), a 63-bit int.
+
+    >>> turn_seed(0, 0, 0) == turn_seed(0, 0, 0) != turn_seed(0, 1, 0)
+    True
+    """
+    state = np.random.SeedSequence([sampling_seed, turn, chunk]).generate_state(1, dtype=np.uint64)
+    return int(state[0] >> np.uint64(1))
+
+
+@dataclass
+class _Live:
+    """Mutable state of one episode while it is played (private to the engine)."""
+
+    env: object
+    spec: EnvSpec
+    group: int
+    sample: int
+    cap: int  # actions per turn at most
+    budget: int  # actions left
+    max_turns: int
+    system_ids: tuple[int, ...]
+    observation: str
+    user_texts: list[str] = field(default_factory=list)
+    first_ids: dict[int, tuple[int, ...]] = field(default_factory=dict)  # turn j -> first-prompt ids of user j
+    bridge_ids: dict[int, tuple[int, ...]] = field(default_factory=dict)  # turn i >= 1 -> bridge ids of user i
+    turns: list[Turn] = field(default_factory=list)
+    start: int = 0  # first kept turn in full mode
+    unchanged: bool = False
+    success: bool = False
+    end_reason: str | None = None
+
+
+def run_episodes(
+    policy,
+    specs: Sequence[EnvSpec],
+    group_size: int,
+    config: RolloutConfig,
+    *,
+    sampling_seed: int | None = None,
+    progress: ProgressFn | None = None,
+) -> list[Episode]:
+    """Play ``len(specs) * group_size`` episodes; returns them ordered by (group, sample).
+
+    ``progress(turn, active, total)`` is called after each turn's generation, if given.
+    """
+    _validate(specs, group_size, config, sampling_seed)
+    tokenizer = policy.tokenizer
+    fmt = ChatFormat.from_tokenizer(tokenizer)
+    lives = [_start(spec, p, k, fmt, tokenizer, config) for p, spec in enumerate(specs) for k in range(group_size)]
+    for turn in range(config.max_turns):
+        active = [live for live in lives if live.end_reason is None]
+        contexts = [_next_context(live, turn, fmt, tokenizer, config) for live in active]
+        playing = [(live, ctx) for live, ctx in zip(active, contexts, strict=True) if ctx is not None]
+        if not playing:
+            break
+        generations = _generate(policy, [ctx for _, ctx in playing], turn, config, sampling_seed)
+        for (live, ctx), generation in zip(playing, generations, strict=True):
+            _apply(live, ctx, generation, tokenizer, config)
+        if progress is not None:
+            progress(turn, len(playing), len(lives))
+    return [_finish(live) for live in lives]
+
+
+run = run_episodes
+
+
+def _validate(specs, group_size: int, config: RolloutConfig, sampling_seed: int | None) -> None:
+    if not specs:
+        raise ValueError("expected at least one EnvSpec, got an empty list; pass the iteration's instances")
+    if group_size < 1:
+        raise ValueError(f"group_size must be >= 1, got {group_size}; set rollout.group_size=8")
+    if config.context_mode not in CONTEXT_MODES:
+        raise ValueError(
+            f"rollout.context_mode must be one of {CONTEXT_MODES}, got {config.context_mode!r}; "
+            "set rollout.context_mode=full"
+        )
+    for name in ("max_turns", "max_actions_per_turn", "max_new_tokens", "context_window", "max_context_tokens"):
+        if getattr(config, name) < 1:
+            raise ValueError(f"rollout.{name} must be >= 1, got {getattr(config, name)}; raise it")
+    if config.generation_batch_size < 1:
+        raise ValueError(f"rollout.generation_batch_size must be >= 1, got {config.generation_batch_size}")
+    if config.action_budget is not None and config.action_budget < 1:
+        raise ValueError(f"rollout.action_budget must be >= 1 or None, got {config.action_budget}")
+    if sampling_seed is not None and sampling_seed < 0:
+        raise ValueError(f"sampling_seed must be a non-negative int or None, got {sampling_seed}")
+
+
+def _start(spec: EnvSpec, group: int, sample: int, fmt: ChatFormat, tokenizer, config: RolloutConfig) -> _Live:
+    env = make(spec.env, **dict(spec.options))
+    observation, _ = env.reset(seed=spec.seed)
+    cap = 1 if env.action_words is None else min(config.max_actions_per_turn, env.max_actions_per_turn)
+    system_ids = encode(tokenizer, fmt.system_text(system_prompt(env, cap)))
+    return _Live(
+        env=env,
+        spec=spec,
+        group=group,
+        sample=sample,
+        cap=cap,
+        budget=config.action_budget if config.action_budget is not None else env.default_action_budget,
+        max_turns=config.max_turns if env.multi_turn else 1,
+        system_ids=system_ids,
+        observation=observation,
+    )
+
+
+def _next_context(live: _Live, turn: int, fmt: ChatFormat, tokenizer, config: RolloutConfig):
+    """Write turn ``turn``'s user message and return the context ids, or None if the episode ends here."""
+    live.user_texts.append(
+        user_message(
+            turn=turn + 1,
+            observation=live.observation,
+            actions_left=live.budget,
+            max_new_tokens=config.max_new_tokens,
+            last_reward=live.turns[-1].reward if live.turns else None,
+            state_unchanged=live.unchanged,
+            example=format_example(live.env.action_words) if config.format_example else None,
+        )
+    )
+    if turn > 0:
+        live.bridge_ids[turn] = encode(tokenizer, fmt.bridge_text(live.user_texts[turn]))
+    start = live.start if config.context_mode == "full" else max(live.start, turn - config.context_window + 1)
+    context = _context(live, start, turn, fmt, tokenizer)
+    while len(context) > config.max_context_tokens and start < turn:
+        start += 1
+        context = _context(live, start, turn, fmt, tokenizer)
+    if len(context) > config.max_context_tokens:
+        live.end_reason = "context_length"
+        return None
+    if config.context_mode == "full":
+        live.start = start
+    return context
+
+
+def _context(live: _Live, start: int, turn: int, fmt: ChatFormat, tokenizer) -> tuple[int, ...]:
+    """System ids, the first prompt of turn ``start``, then reply + bridge ids for every later turn."""
+    if start not in live.first_ids:
+        live.first_ids[start] = encode(tokenizer, fmt.first_user_text(live.user_texts[start]))
+    ids = list(live.system_ids) + list(live.first_ids[start])
+    for previous in range(start, turn):
+        reply = live.turns[previous]
+        bridge = live.bridge_ids[previous + 1]
+        ids += reply.response_ids
+        closed = reply.finish_reason == "eos" and reply.response_ids and reply.response_ids[-1] == bridge[0]
+        ids += bridge[1:] if closed else bridge
+    return tuple(ids)
+
+
+def _generate(policy, contexts, turn: int, config: RolloutConfig, sampling_seed: int | None) -> list[Generation]:
+    """One generate call per chunk of ``config.generation_batch_size`` contexts."""
+    size = config.generation_batch_size
+    generations: list[Generation] = []
+    for chunk, begin in enumerate(range(0, len(contexts), size)):
+        seed = None if sampling_seed is None else turn_seed(sampling_seed, turn, chunk)
+        sampling = SamplingParams(
+            max_new_tokens=config.max_new_tokens,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            stop=STOP_STRINGS,
+            seed=seed,
+        )
+        batch = contexts[begin : begin + size]
+        out = policy.generate(batch, sampling)
+        if len(out) != len(batch):
+            raise ValueError(f"policy.generate returned {len(out)} generations for {len(batch)} prompts")
+        generations += out
+    return generations
+
+
+def _info(info: dict, key: str, env_name: str):
+    if key not in info:
+        raise KeyError(f"env {env_name!r} returned an info dict without {key!r}; the TextEnv contract requires it")
+    return info[key]
+
+
+def _apply(live: _Live, context: tuple[int, ...], generation: Generation, tokenizer, config: RolloutConfig) -> None:
+    """Parse the reply, step its legal actions, record the turn and decide whether the episode ends."""
+    text = THINK_OPEN + decode(tokenizer, generation.token_ids)
+    parsed = parse_reply(text, live.env.action_words, live.cap)
+    shown = live.observation
+    env_reward, executed, good = 0.0, 0, parsed.all_legal
+    for action, legal in zip(parsed.actions, parsed.legal, strict=True):
+        if not legal or live.budget == 0 or live.end_reason is not None:
+            continue
+        observation, reward, terminated, truncated, info = live.env.step(action)
+        env_reward += float(reward)
+        live.observation = observation
+        live.success = bool(_info(info, "success", live.spec.env))
+        if _info(info, "action_valid", live.spec.env):
+            executed += 1
+            live.budget -= 1
+        else:
+            good = False
+        if terminated or truncated:
+            live.end_reason = "success" if live.success else ("terminated" if terminated else "truncated")
+    if live.end_reason is None and live.budget == 0:
+        live.end_reason = "action_budget"
+    live.unchanged = executed == 0
+    live.turns.append(
+        Turn(
+            context_ids=context,
+            response_ids=tuple(generation.token_ids),
+            response_logprobs=tuple(float(lp) for lp in generation.logprobs),
+            response_text=text,
+            observation=shown,
+            reasoning_span=reasoning_span(tokenizer, generation.token_ids),
+            actions=parsed.actions,
+            reward=env_reward + (0.0 if good else config.format_penalty),
+            format_valid=parsed.format_valid,
+            actions_valid=good,
+            finish_reason=generation.finish_reason,
+        )
+    )
+    if live.end_reason is None and len(live.turns) >= live.max_turns:
+        live.end_reason = "max_turns"
+
+
+def _finish(live: _Live) -> Episode:
+    live.env.close()
+    return Episode(
+        spec=live.spec,
+        group=live.group,
+        sample=live.sample,
+        turns=tuple(live.turns),
+        success=live.success,
+        end_reason=live.end_reason,  # always set: by _next_context or _apply
+        system_prompt_ids=live.system_ids,
+    )

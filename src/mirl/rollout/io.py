@@ -1,0 +1,136 @@
+"""Episodes as JSON Lines: one JSON object per episode (schema in ``docs/rollouts.md``).
+
+Writes are atomic per file: :func:`write_episodes` writes the file's current bytes plus the new lines to a
+temporary file in the same directory, flushes and fsyncs it, then renames it over the target (``os.replace``).
+A reader, or a run that crashes mid-write, therefore sees either the old file or the old file plus every new
+line, never a partial line. Each call copies the existing file, so keep one file per iteration (as
+``runs/<name>/rollouts/`` does) rather than one ever-growing file.
+
+Floats are written with Python's shortest round-trip repr, so ``read_episodes(write_episodes(...))`` gives back
+equal episodes, log-probs included.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+from mirl.types import EnvSpec, Episode, Turn
+
+SCHEMA_VERSION = 1
+_TURN_KEYS = (
+    "context_ids",
+    "response_ids",
+    "response_logprobs",
+    "response_text",
+    "observation",
+    "reasoning_span",
+    "actions",
+    "reward",
+    "format_valid",
+    "actions_valid",
+    "finish_reason",
+)
+
+
+def episode_to_record(episode: Episode, *, iteration: int | None = None) -> dict:
+    """The JSON-ready dict of one episode (``return`` is derived and only informative on reading)."""
+    return {
+        "schema": SCHEMA_VERSION,
+        "env": episode.spec.env,
+        "seed": episode.spec.seed,
+        "options": dict(episode.spec.options),
+        "group": episode.group,
+        "sample": episode.sample,
+        "iteration": iteration,
+        "success": episode.success,
+        "end_reason": episode.end_reason,
+        "return": episode.total_reward,
+        "system_prompt_ids": list(episode.system_prompt_ids),
+        "turns": [_turn_to_record(turn) for turn in episode.turns],
+    }
+
+
+def _turn_to_record(turn: Turn) -> dict:
+    record = {key: getattr(turn, key) for key in _TURN_KEYS}
+    for key in ("context_ids", "response_ids", "response_logprobs", "actions"):
+        record[key] = list(record[key])
+    record["reasoning_span"] = None if turn.reasoning_span is None else list(turn.reasoning_span)
+    return record
+
+
+def episode_from_record(record: dict) -> Episode:
+    """Inverse of :func:`episode_to_record`; unknown ``schema`` versions raise ``ValueError``."""
+    if record.get("schema") != SCHEMA_VERSION:
+        raise ValueError(f"expected rollout schema {SCHEMA_VERSION}, got {record.get('schema')!r}")
+    turns = tuple(_turn_from_record(turn) for turn in record["turns"])
+    return Episode(
+        spec=EnvSpec(env=record["env"], seed=record["seed"], options=dict(record["options"])),
+        group=record["group"],
+        sample=record["sample"],
+        turns=turns,
+        success=record["success"],
+        end_reason=record["end_reason"],
+        system_prompt_ids=tuple(record["system_prompt_ids"]),
+    )
+
+
+def _turn_from_record(record: dict) -> Turn:
+    span = record["reasoning_span"]
+    return Turn(
+        context_ids=tuple(record["context_ids"]),
+        response_ids=tuple(record["response_ids"]),
+        response_logprobs=tuple(float(lp) for lp in record["response_logprobs"]),
+        response_text=record["response_text"],
+        observation=record["observation"],
+        reasoning_span=None if span is None else (int(span[0]), int(span[1])),
+        actions=tuple(record["actions"]),
+        reward=float(record["reward"]),
+        format_valid=record["format_valid"],
+        actions_valid=record["actions_valid"],
+        finish_reason=record["finish_reason"],
+    )
+
+
+def write_episodes(path: str | os.PathLike, episodes: Iterable[Episode], *, iteration: int | None = None) -> Path:
+    """Append ``episodes`` to the JSONL file at ``path`` atomically (module docstring); returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = "".join(
+        json.dumps(episode_to_record(episode, iteration=iteration), ensure_ascii=False) + "\n" for episode in episodes
+    )
+    existing = path.read_bytes() if path.exists() else b""
+    descriptor, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(existing + lines.encode("utf-8"))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temp_name, path.stat().st_mode & 0o777 if path.exists() else 0o644)
+        os.replace(temp_name, path)
+    except BaseException:
+        Path(temp_name).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_records(path: str | os.PathLike) -> list[dict]:
+    """The raw JSON objects of a rollout file, one per non-empty line (``iteration`` and ``return`` included)."""
+    records = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path}:{number}: expected one JSON object per line, got {error}") from error
+    return records
+
+
+def read_episodes(path: str | os.PathLike) -> list[Episode]:
+    """Every episode of a rollout file, in file order."""
+    return [episode_from_record(record) for record in read_records(path)]

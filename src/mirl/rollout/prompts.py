@@ -1,0 +1,170 @@
+"""Prompt text (system prompt, per-turn user message) and the chat format that wraps it into token ids.
+
+System prompt: a role sentence, the env instruction, the symbol legend (grid envs), the legal actions and how
+many a turn may hold (``||``-separated). User message of turn t: the turn number, the last turn's reward and, after
+a turn without a legal action, a warning that the state is unchanged; then the state text, the actions left and
+the format reminder with a length hint. The assistant turn is always pre-filled with ``<think>``.
+
+Chat format. :class:`ChatFormat` cuts the tokenizer's chat template into five constant text pieces, once, by
+rendering placeholder messages: ``first(system, user)`` is the text of a conversation's first prompt and
+``bridge(user)`` the text that closes an assistant reply, adds the next user message and opens the next
+assistant turn. The engine encodes ``bridge(user) + "<think>"`` and appends those ids to the sampled ids, so a
+reply is never decoded and re-encoded. A tokenizer without a chat template gets the plain template::
+
+    System: {system}\\n\\nUser: {user}\\n\\nAssistant: <think>...{reply}\\n\\nUser: {user}\\n\\nAssistant: <think>
+
+whose assistant turns have no closing text (an eos the model samples stays in the stream as sampled).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mirl.rollout.parsing import ACTION_SEPARATOR, THINK_OPEN
+
+ROLE_SENTENCE = "You are an agent that solves the task below by reasoning step by step and then acting."
+FORMAT_REMINDER = "<think> [your thoughts] </think> <answer> [your answer] </answer>"
+WORDS_PER_TOKEN = 0.75  # rough English average, only used for the length hint
+
+_PLACEHOLDERS = ("MIRL_SYSTEM_SLOT", "MIRL_USER_ONE_SLOT", "MIRL_REPLY_SLOT", "MIRL_USER_TWO_SLOT")
+
+
+def system_prompt(env, max_actions: int) -> str:
+    """The system message for ``env`` when a turn may hold up to ``max_actions`` actions.
+
+    >>> class Toy:
+    ...     instruction = "Reach G."
+    ...     symbol_legend = "P: you, G: goal"
+    ...     action_words = ("Left", "Right")
+    >>> print(system_prompt(Toy(), 2))
+    You are an agent that solves the task below by reasoning step by step and then acting.
+    Reach G.
+    Symbols: P: you, G: goal
+    Legal actions: Left, Right. A turn may hold up to 2 actions separated by "||", e.g. <answer>Left || Right</answer>.
+    """
+    lines = [ROLE_SENTENCE, env.instruction]
+    if env.symbol_legend:
+        lines.append(f"Symbols: {env.symbol_legend}")
+    words = env.action_words
+    if words is None:
+        lines.append("Give exactly one answer per turn inside the answer tags.")
+    elif max_actions == 1:
+        lines.append(
+            f"Legal actions: {', '.join(words)}. A turn holds exactly 1 action, e.g. <answer>{words[0]}</answer>."
+        )
+    else:
+        example = f" {ACTION_SEPARATOR} ".join((words * max_actions)[:2])
+        lines.append(
+            f"Legal actions: {', '.join(words)}. A turn may hold up to {max_actions} actions separated by "
+            f'"{ACTION_SEPARATOR}", e.g. <answer>{example}</answer>.'
+        )
+    return "\n".join(lines)
+
+
+def user_message(
+    *,
+    turn: int,
+    observation: str,
+    actions_left: int,
+    max_new_tokens: int,
+    last_reward: float | None = None,
+    state_unchanged: bool = False,
+    example: str | None = None,
+) -> str:
+    """The user message of turn ``turn`` (1-based); ``last_reward`` is None on the first turn; ``example``, if
+    given, is appended as an example reply.
+
+    >>> print(user_message(turn=2, observation="P_G", actions_left=9, max_new_tokens=100, last_reward=-0.1,
+    ...                    state_unchanged=True))  # doctest: +NORMALIZE_WHITESPACE
+    Turn 2.
+    Reward of the last turn: -0.1
+    Your last turn had no legal action, so the state is unchanged.
+    State:
+    P_G
+    Actions left: 9.
+    Always answer in the format <think> [your thoughts] </think> <answer> [your answer] </answer>.
+    Max response length: 100 tokens (about 75 words).
+    """
+    lines = [f"Turn {turn}."]
+    if last_reward is not None:
+        lines.append(f"Reward of the last turn: {last_reward:g}")
+    if state_unchanged:
+        lines.append("Your last turn had no legal action, so the state is unchanged.")
+    lines += ["State:", observation, f"Actions left: {actions_left}."]
+    words = int(max_new_tokens * WORDS_PER_TOKEN)
+    lines.append(
+        f"Always answer in the format {FORMAT_REMINDER}. "
+        f"Max response length: {max_new_tokens} tokens (about {words} words)."
+    )
+    if example is not None:
+        lines.append(f"Example reply: {example}")
+    return "\n".join(lines)
+
+
+def format_example(action_words) -> str:
+    """A one-line reply in the required format (``rollout.format_example``; off by default, as in the reference).
+
+    Small models (~100M parameters) almost never produce the format from the instruction alone, so every reply
+    earns the same penalty and no group has reward spread; one example fixes that at the cost of a hint.
+
+    >>> format_example(("Left", "Right"))
+    '<think> I read the state and pick the move that helps. </think> <answer> Left </answer>'
+    """
+    action = action_words[0] if action_words else "..."
+    return f"<think> I read the state and pick the move that helps. </think> <answer> {action} </answer>"
+
+
+@dataclass(frozen=True)
+class ChatFormat:
+    """The constant text around messages: ``first = a + system + b + user + c``, ``bridge = d + user + e``."""
+
+    conversation_open: str  # a: before the system message
+    system_to_user: str  # b: closes the system message, opens the first user message
+    user_to_assistant: str  # c: closes the first user message, opens the assistant turn
+    reply_to_user: str  # d: closes an assistant reply, opens the next user message
+    next_user_to_assistant: str  # e: closes a later user message, opens the assistant turn
+
+    @classmethod
+    def plain(cls) -> ChatFormat:
+        """The documented template for tokenizers without a chat template."""
+        return cls("System: ", "\n\nUser: ", "\n\nAssistant: ", "\n\nUser: ", "\n\nAssistant: ")
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer) -> ChatFormat:
+        """Cut the tokenizer's chat template at placeholder messages; the plain template if it has none."""
+        if not getattr(tokenizer, "chat_template", None):
+            return cls.plain()
+        system, user1, reply, user2 = _PLACEHOLDERS
+        first = _render(tokenizer, [("system", system), ("user", user1)])
+        both = _render(tokenizer, [("system", system), ("user", user1), ("assistant", reply), ("user", user2)])
+        if not both.startswith(first + reply) or any(first.count(p) != 1 for p in (system, user1)):
+            raise ValueError(
+                "expected a chat template whose second prompt extends the first and keeps messages verbatim, "
+                f"got renders {first!r} and {both!r}; set tokenizer.chat_template=None to use the plain template"
+            )
+        a, rest = first.split(system)
+        b, c = rest.split(user1)
+        d, e = both[len(first + reply) :].split(user2)
+        return cls(a, b, c, d, e)
+
+    def system_text(self, system: str) -> str:
+        """The conversation up to and including the system message (a shared prefix of every context)."""
+        return self.conversation_open + system
+
+    def first_user_text(self, user: str) -> str:
+        """What follows :meth:`system_text` in a first prompt, ending with the pre-filled ``<think>``."""
+        return self.system_to_user + user + self.user_to_assistant + THINK_OPEN
+
+    def bridge_text(self, user: str) -> str:
+        """What follows a sampled reply: its closing text, the next user message, the header and ``<think>``."""
+        return self.reply_to_user + user + self.next_user_to_assistant + THINK_OPEN
+
+
+def _render(tokenizer, messages: list[tuple[str, str]]) -> str:
+    conversation = [{"role": role, "content": content} for role, content in messages]
+    return tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
+
+
+def encode(tokenizer, text: str) -> tuple[int, ...]:
+    """Token ids of ``text`` with no special tokens added (templates already hold theirs)."""
+    return tuple(tokenizer.encode(text, add_special_tokens=False))

@@ -1,0 +1,67 @@
+"""JSONL round trip of episodes and the append-by-replace write."""
+
+import json
+
+import pytest
+
+from mirl.policy.scripted import ScriptedPolicy
+from mirl.rollout import read_episodes, read_records, run_episodes, write_episodes
+from mirl.types import EnvSpec
+
+from .helpers import config, reply
+
+
+@pytest.fixture
+def episodes(corridor, tok):
+    replies = [
+        reply("Right || Jump", think="√ é: two moves"),  # mixed turn, multi-byte text
+        "no format<|im_end|>",  # eos, unparsable, no reasoning span
+        reply("Right"),
+        reply("Left"),
+    ]
+    policy = ScriptedPolicy(tok, replies + [reply("Right")] * 8)
+    specs = [EnvSpec("corridor", 4, {"length": 5}), EnvSpec("corridor", 5)]
+    return run_episodes(policy, specs, 2, config(max_turns=3), sampling_seed=1)
+
+
+def test_round_trip_equals_the_original(tmp_path, episodes):
+    path = write_episodes(tmp_path / "rollouts" / "iter_0003.jsonl", episodes, iteration=3)
+    assert read_episodes(path) == episodes
+    assert any(turn.reasoning_span is None for ep in episodes for turn in ep.turns)
+    assert any(turn.finish_reason == "eos" for ep in episodes for turn in ep.turns)
+
+
+def test_records_hold_the_documented_keys(tmp_path, episodes):
+    path = write_episodes(tmp_path / "r.jsonl", episodes, iteration=3)
+    records = read_records(path)
+    assert len(records) == len(episodes)
+    first = records[0]
+    assert set(first) == {
+        "schema", "env", "seed", "options", "group", "sample", "iteration", "success", "end_reason",
+        "return", "system_prompt_ids", "turns",
+    }  # fmt: skip
+    assert set(first["turns"][0]) == {
+        "context_ids", "response_ids", "response_logprobs", "response_text", "observation", "reasoning_span",
+        "actions", "reward", "format_valid", "actions_valid", "finish_reason",
+    }  # fmt: skip
+    assert first["iteration"] == 3 and first["options"] == {"length": 5}
+    assert first["return"] == episodes[0].total_reward
+
+
+def test_writes_append_and_leave_no_temporary_files(tmp_path, episodes):
+    path = tmp_path / "r.jsonl"
+    write_episodes(path, episodes[:1], iteration=0)
+    write_episodes(path, episodes[1:], iteration=1)
+    assert read_episodes(path) == episodes
+    assert [r["iteration"] for r in read_records(path)] == [0, 1, 1, 1]
+    assert [p.name for p in tmp_path.iterdir()] == ["r.jsonl"]
+
+
+def test_bad_lines_fail_with_the_line_number(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps({"schema": 1}) + "\n{not json\n")
+    with pytest.raises(ValueError, match="bad.jsonl:2"):
+        read_records(path)
+    path.write_text(json.dumps({"schema": 99}) + "\n")
+    with pytest.raises(ValueError, match="expected rollout schema 1"):
+        read_episodes(path)
