@@ -153,8 +153,9 @@ class FilterConfig:
     largest: bool = True
     # slack subtracted from the top-p mass target
     eps: float = 0.01
-    # rank range [lo, hi) kept by strategy "band", as fractions of the sorted groups
+    # lower end of the rank range [lo, hi) kept by strategy "band", as a fraction of the sorted groups
     band_lo: float = 0.0
+    # upper end of that rank range (e.g. band_lo=0.75 band_hi=1.0 keeps the lowest-spread quartile)
     band_hi: float = 1.0
     # trajectory-level control: keep this many trajectories per group (top and bottom halves); 0 = off
     trajectories_per_group: int = 0

@@ -1,0 +1,161 @@
+"""``mirl diagnose ROLLOUTS.jsonl --model M``: is the reasoning in saved rollouts still input-dependent?
+
+Reads mirl episode records or generic chat JSONL (``docs/diagnose.md``), cross-scores (X, Z) pairs with the
+model, and prints per scope the MI family (per-token ``est``: MI-Est against its bound log N, MI-ZScore, and
+the per-sequence MI-Est), retrieval@k against chance, H(Z|X), H(Z) and the regime. ``--out FILE.json`` writes
+the same numbers, plus every catalogue key, as JSON. The generator of the pair samplers is seeded with
+``--seed``, so a diagnosis is reproducible.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+SCOPE_CHOICES = ("first_turn", "trajectory", "turn_position", "all")
+DEFAULT_SCOPES = ("first_turn", "trajectory")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "diagnose", help="score saved rollouts: MI proxies, retrieval vs chance, H(Z|X), H(Z), regime"
+    )
+    parser.add_argument("rollouts", metavar="ROLLOUTS.jsonl", help="mirl episodes or generic chat JSONL")
+    parser.add_argument(
+        "--model",
+        default="smollm2-135m-instruct",
+        help="scorer: smollm2-135m-instruct (offline default), a hub id, a local directory or a .gguf file",
+    )
+    parser.add_argument(
+        "--scope",
+        action="append",
+        choices=SCOPE_CHOICES,
+        help="repeatable; default first_turn and trajectory (the paper's); all = those and turn_position",
+    )
+    parser.add_argument("--pairs", type=int, default=64, help="(X, Z) pairs per scope (default 64)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the pair samplers (default 0)")
+    parser.add_argument("--mode", choices=("shared", "naive"), default="shared", help="prefix-shared or naive scoring")
+    parser.add_argument("--action-dependence", action="store_true", help="also score Z -> answer and X -> answer")
+    parser.add_argument("--out", type=Path, help="write the results as JSON to this file")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
+    parser.add_argument("--dtype", default="auto", help="auto (float32 on CPU), float32, bfloat16, float16")
+    parser.add_argument("--max-batch-tokens", type=int, default=8192, help="tokens per scoring forward pass")
+    parser.set_defaults(func=run_diagnose)
+
+
+def scopes_of(choices: list[str] | None) -> list[str]:
+    """``--scope`` values -> scope names, in a fixed order.
+
+    >>> scopes_of(None), scopes_of(["all"]), scopes_of(["trajectory", "first_turn"])
+    (['first_turn', 'trajectory'], ['first_turn', 'trajectory', 'turn_position'], ['first_turn', 'trajectory'])
+    """
+    chosen = set(choices or DEFAULT_SCOPES)
+    if "all" in chosen:
+        chosen = set(SCOPE_CHOICES[:-1])
+    return [scope for scope in SCOPE_CHOICES[:-1] if scope in chosen]
+
+
+def run_diagnose(args: argparse.Namespace) -> int:
+    if not Path(args.rollouts).is_file():
+        print(f"mirl diagnose: no such file {args.rollouts!r}; pass a .jsonl of episodes", file=sys.stderr)
+        return 2
+    if args.pairs < 1:
+        print(f"mirl diagnose: --pairs must be >= 1, got {args.pairs}", file=sys.stderr)
+        return 2
+    try:
+        policy = load_policy(args.model, device=args.device, dtype=args.dtype, max_batch_tokens=args.max_batch_tokens)
+        report = diagnose_file(
+            args.rollouts,
+            policy,
+            scopes=scopes_of(args.scope),
+            num_pairs=args.pairs,
+            seed=args.seed,
+            mode=args.mode,
+            action_dependence=args.action_dependence,
+        )
+    except (ValueError, OSError) as err:
+        print(f"mirl diagnose: {err}", file=sys.stderr)
+        return 2
+    report["model"] = args.model
+    print_report(report)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+def load_policy(model: str, *, device: str, dtype: str, max_batch_tokens: int):
+    """The scorer, in eval mode, through ``HFPolicy.load``."""
+    from mirl.policy import HFPolicy
+
+    return HFPolicy.load(model, device=device, dtype=dtype, max_batch_tokens=max_batch_tokens).eval()
+
+
+def diagnose_file(path, policy, *, scopes, num_pairs: int, seed: int, mode: str, action_dependence: bool) -> dict:
+    """Read ``path``, diagnose it with ``policy``; the JSON-ready report (without the model name)."""
+    from mirl.diagnostics.offline import diagnose, read_rollouts, summary_rows
+
+    episodes = read_rollouts(path, policy.tokenizer)
+    metrics = diagnose(
+        policy,
+        episodes,
+        scopes=scopes,
+        num_pairs=num_pairs,
+        seed=seed,
+        mode=mode,
+        action_dependence=action_dependence,
+    )
+    return {
+        "rollouts": str(path),
+        "episodes": len(episodes),
+        "scopes": list(scopes),
+        "pairs": num_pairs,
+        "seed": seed,
+        "mode": mode,
+        "summary": summary_rows(metrics),
+        "metrics": metrics,
+    }
+
+
+ROWS = (
+    ("pairs M", "pairs", "{:.0f}"),
+    ("columns N", "columns", "{:.0f}"),
+    ("empty Z skipped", "empty_reasoning", "{:.0f}"),
+    ("MI-Est", "mi_estimate", "{:.3f}"),
+    ("  bound log N", "mi_upper_bound", "{:.3f}"),
+    ("MI-ZScore", "mi_zscore", "{:.3f}"),
+    ("MI-Est per sequence", "mi_estimate_seq", "{:.3f}"),
+    ("retrieval@1", "retrieval@1", "{:.1%}"),
+    ("  chance@1", "chance@1", "{:.1%}"),
+    ("retrieval@4", "retrieval@4", "{:.1%}"),
+    ("  chance@4", "chance@4", "{:.1%}"),
+    ("H(Z|X)", "conditional_entropy", "{:.3f}"),
+    ("H(Z)", "reasoning_entropy", "{:.3f}"),
+    ("regime", "regime", "{}"),
+    ("MI-Est Z -> answer", "za_mi_estimate", "{:.3f}"),
+    ("MI-Est X -> answer", "xa_mi_estimate", "{:.3f}"),
+)
+
+
+def print_report(report: dict) -> None:
+    """A rich table with one column per scope and one row per number (``ROWS``)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not console.is_terminal:  # a pipe or a file: no terminal width to respect, keep every cell on one line
+        console = Console(width=max(console.width, 24 + 22 * len(report["summary"])))
+    table = Table(
+        title=f"mirl diagnose: {report['rollouts']} ({report['episodes']} episodes, {report['mode']} scoring)"
+    )
+    table.add_column("per token, nats")
+    for row in report["summary"]:
+        table.add_column(row["scope"], justify="right")
+    for label, key, fmt in ROWS:
+        if not any(key in row for row in report["summary"]):
+            continue
+        table.add_row(label, *(fmt.format(row[key]) if key in row else "-" for row in report["summary"]))
+    console.print(table)
+    console.print("chance@k = min(1, k x share of columns holding the row's own prompt)")

@@ -1,0 +1,89 @@
+"""``mirl report RUN_DIR`` and ``mirl compare RUN_A RUN_B ...``: HTML reports from run directories.
+
+Both commands print where they wrote, every piece of data they could not find, and how long they took; they
+exit 0 with a partial report when files are missing and 2 only when a run directory does not exist.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _iterations(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated iterations such as 1,50,100, got {text!r}"
+        ) from None
+    if not values or min(values) < 0:
+        raise argparse.ArgumentTypeError(f"expected non-negative iterations such as 1,50,100, got {text!r}")
+    return values
+
+
+def register(subparsers) -> None:
+    report = subparsers.add_parser(
+        "report",
+        help="write a self-contained HTML report (and PNGs) for one run directory",
+        description="Write RUN_DIR/report.html (images embedded) and its PNGs under RUN_DIR/report/.",
+    )
+    report.add_argument("run_dir", metavar="RUN_DIR", help="run directory (runs/<name>)")
+    report.add_argument("--out", metavar="FILE", help="HTML file to write (default RUN_DIR/report.html)")
+    report.add_argument(
+        "--iterations",
+        type=_iterations,
+        metavar="I,J,...",
+        help="iterations for reward matrices and transcripts (default: first, middle, last available)",
+    )
+    report.add_argument(
+        "--family", default="est", help="diagnostics score family: est (per token, default), seq, za_est, ..."
+    )
+    report.add_argument("--episodes", type=int, default=2, help="transcripts shown per chosen iteration")
+    report.set_defaults(func=run_report)
+
+    compare = subparsers.add_parser(
+        "compare",
+        help="overlay the headline curves of several runs in one HTML file",
+        description="Overlay success, return, val success, MI-Est, retrieval-acc, entropy and kept ratio.",
+    )
+    compare.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories to compare")
+    compare.add_argument("--out", metavar="FILE", help="HTML file to write (default ./compare.html)")
+    compare.add_argument("--labels", nargs="+", metavar="LABEL", help="one legend label per run (default: run names)")
+    compare.add_argument("--scope", default="trajectory", help="diagnostics scope for MI curves (default trajectory)")
+    compare.add_argument("--family", default="est", help="diagnostics score family (default est)")
+    compare.set_defaults(func=run_compare)
+
+
+def _print_result(result, what: str) -> None:
+    print(f"{what}: {result.html_path} ({len(result.png_paths)} PNG) in {result.seconds:.2f} s")
+    if result.missing:
+        print(f"missing data ({len(result.missing)} notes, also shown in the report):")
+        for note in result.missing:
+            print(f"  - {note}")
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from mirl.report import build_report
+
+    try:
+        result = build_report(
+            args.run_dir, args.out, iterations=args.iterations, family=args.family, episodes=args.episodes
+        )
+    except FileNotFoundError as error:
+        print(f"mirl report: {error}; pass the path of a run directory such as runs/<name>", file=sys.stderr)
+        return 2
+    _print_result(result, "report")
+    return 0
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from mirl.report import build_comparison
+
+    try:
+        result = build_comparison(args.run_dirs, args.out, labels=args.labels, scope=args.scope, family=args.family)
+    except (FileNotFoundError, ValueError) as error:
+        print(f"mirl compare: {error}", file=sys.stderr)
+        return 2
+    _print_result(result, "comparison")
+    return 0

@@ -1,0 +1,100 @@
+"""``mirl train`` and ``mirl eval``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    train = subparsers.add_parser(
+        "train",
+        help="train a policy (rollout, filter, update, diagnostics, report)",
+        description="Train with a YAML config from configs/ and key.sub=value overrides.",
+    )
+    train.add_argument("config", nargs="?", help="YAML config (e.g. configs/quickstart.yaml); omitted = defaults")
+    train.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. rollout.group_size=8")
+    train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
+    train.add_argument("--no-report", action="store_true", help="do not build report.html at the end")
+    train.add_argument("--help-config", action="store_true", help="list every config key with its documentation")
+    train.set_defaults(func=run_train)
+
+    evaluate = subparsers.add_parser(
+        "eval",
+        help="validate a model or a run's last checkpoint on fixed instances",
+        description="Run validation (success, return, pass@K, action validity per env) and print the results.",
+    )
+    evaluate.add_argument("target", help="a run directory, a hub id, a local model directory or a .gguf file")
+    evaluate.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. validation.num_instances=64")
+    evaluate.add_argument("--config", help="YAML config for envs and validation (default: the run's own)")
+    evaluate.add_argument("--out", help="write the metrics as JSON here")
+    evaluate.set_defaults(func=run_eval)
+
+
+def _split(config: str | None, overrides: list[str]) -> tuple[str | None, list[str]]:
+    """argparse cannot tell an optional CONFIG from the first override: a token with '=' is an override."""
+    if config is not None and "=" in config:
+        return None, [config, *overrides]
+    return config, overrides
+
+
+def run_train(args: argparse.Namespace) -> int:
+    import torch
+
+    from mirl.config import load_config
+    from mirl.trainer import train
+
+    if args.help_config:
+        from mirl.cli.config_help import print_config_help
+
+        print_config_help()
+        return 0
+    path, overrides = _split(args.config, args.overrides)
+    if args.resume:
+        if path is not None:
+            raise SystemExit("--resume takes the run's own config.yaml; pass only key=value overrides")
+        path = Path(args.resume) / "config.yaml"
+    config = load_config(path, overrides)
+    torch.manual_seed(config.trainer.seed)  # the one global seed; library code uses its own generators
+    result = train(config, run_dir=args.resume, resume=bool(args.resume))
+    print(f"\nrun directory: {result.run_dir}")
+    print(f"  metrics:  {result.run_dir / 'metrics.jsonl'}")
+    print(f"  rollouts: {result.run_dir / 'rollouts'}")
+    if result.stop_reason:
+        print(f"  stopped early: {result.stop_reason}")
+    if not args.no_report:
+        from mirl.report import build_report
+
+        report = build_report(result.run_dir)
+        print(f"  report:   {report.html_path}  (built in {report.seconds:.1f} s)")
+    return 0
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    import torch
+    from rich.console import Console
+    from rich.table import Table
+
+    from mirl.config import load_config
+    from mirl.trainer.run import load_trained_policy
+    from mirl.trainer.setup import load_policy
+    from mirl.trainer.validation import validate
+
+    target = Path(args.target)
+    is_run = (target / "config.yaml").is_file()
+    config_path = args.config or (target / "config.yaml" if is_run else None)
+    overrides = list(args.overrides) if is_run else [f"model.name={args.target}", *args.overrides]
+    config = load_config(config_path, overrides)
+    torch.manual_seed(config.trainer.seed)
+    policy = load_trained_policy(target, config) if is_run else load_policy(config)
+    metrics = validate(policy, config)
+    table = Table(title=f"validation of {args.target}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in metrics.items():
+        table.add_row(key, f"{value:.4f}")
+    Console().print(table)
+    if args.out:
+        Path(args.out).write_text(json.dumps(metrics, indent=2) + "\n")
+    return 0

@@ -1,0 +1,208 @@
+"""Offline diagnosis of saved rollouts: read episodes from JSONL, score them, summarise the MI family.
+
+Two input formats, told apart by the first non-blank line:
+
+- mirl's own episode records (``mirl.rollout.io``, schema in ``docs/rollouts.md``): lines with ``"turns"``;
+- a generic chat format for rollouts from other frameworks (``docs/diagnose.md``): one JSON object per
+  trajectory with ``"messages"`` (a list of ``{"role": "system" | "user" | "assistant", "content": str}``) and
+  optionally ``"group"`` (any JSON scalar naming the prompt), ``"success"`` (bool) and ``"reward"`` (number).
+
+A chat trajectory becomes an :class:`~mirl.types.Episode` with one turn per assistant message m. X is the
+model's chat template applied to ``messages[:m]`` with the generation prompt, followed by ``"<think>"``, encoded
+in one piece; the reply is the assistant content after its leading ``<think>`` (prepended when absent, also in
+the history of later turns, since the agent format pre-fills it), encoded on its own, as sampled tokens
+follow a prompt. Z is located with ``mirl.rollout.parsing.reasoning_span``. Without ``"group"``, trajectories
+whose first X is token-identical form one group. Sampled log-probs are unknown and stored as NaN (diagnosis
+never reads them); a trajectory's ``"reward"`` is put on its last turn.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from mirl.config import DiagnosticsConfig
+from mirl.diagnostics.run import DiagnosticsState, run_diagnostics
+from mirl.types import EnvSpec, Episode, Turn
+
+_THINK_OPEN = "<think>"
+_ROLES = ("system", "user", "assistant")
+
+
+def read_rollouts(path: str | os.PathLike, tokenizer) -> list[Episode]:
+    """Episodes from a JSONL file in either format (module docstring); the tokenizer is used for chat records."""
+    path = Path(path)
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not lines:
+        raise ValueError(f"{path} holds no JSON lines; expected one episode or trajectory per line")
+    first = _parse_line(path, 1, lines[0])
+    if "messages" in first:
+        return read_chat_records([_parse_line(path, n, line) for n, line in enumerate(lines, 1)], tokenizer)
+    if "turns" in first:
+        return _read_mirl_records(path)
+    raise ValueError(
+        f"{path}: the first record has neither 'turns' (mirl episodes) nor 'messages' (chat format), got keys "
+        f"{sorted(first)}; see docs/diagnose.md"
+    )
+
+
+def _read_mirl_records(path: Path) -> list[Episode]:
+    """mirl episodes, with groups renumbered by (iteration, group) so iterations sharing a file never merge."""
+    from mirl.rollout.io import episode_from_record, read_records
+
+    records = read_records(path)
+    group_of: dict[tuple, int] = {}
+    episodes = []
+    for record in records:
+        episode = episode_from_record(record)
+        group = group_of.setdefault((record.get("iteration"), episode.group), len(group_of))
+        episodes.append(dataclasses.replace(episode, group=group))
+    return episodes
+
+
+def read_chat_records(records: Sequence[dict], tokenizer) -> list[Episode]:
+    """Episodes from generic chat records (module docstring), grouped by ``"group"`` or by their first X."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("the tokenizer has no chat template; chat records need one to render X (load a chat model)")
+    trajectories = [_chat_turns(record, n, tokenizer) for n, record in enumerate(records, 1)]
+    keys = [
+        ("group", record["group"]) if "group" in record else ("context", turns[0].context_ids if turns else ())
+        for record, turns in zip(records, trajectories, strict=True)
+    ]
+    group_of: dict = {}
+    samples: Counter[int] = Counter()
+    episodes = []
+    for record, turns, key in zip(records, trajectories, keys, strict=True):
+        group = group_of.setdefault(key, len(group_of))
+        sample, samples[group] = samples[group], samples[group] + 1
+        reward = float(record.get("reward", 0.0))
+        if turns and reward:
+            turns[-1] = dataclasses.replace(turns[-1], reward=reward)
+        episodes.append(
+            Episode(EnvSpec("chat", group), group, sample, tuple(turns), bool(record.get("success", False)), "external")
+        )
+    return episodes
+
+
+def _chat_turns(record: dict, line: int, tokenizer) -> list[Turn]:
+    from mirl.rollout.parsing import parse_reply, reasoning_span
+
+    messages = _normalised_messages(record, line)
+    turns = []
+    for m, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        rendered = tokenizer.apply_chat_template(messages[:m], tokenize=False, add_generation_prompt=True)
+        context_ids = tuple(tokenizer.encode(rendered + _THINK_OPEN, add_special_tokens=False))
+        body = message["content"][len(_THINK_OPEN) :]
+        response_ids = tuple(tokenizer.encode(body, add_special_tokens=False))
+        parsed = parse_reply(message["content"], None, 1)
+        observation = next((msg["content"] for msg in reversed(messages[:m]) if msg["role"] == "user"), "")
+        turns.append(
+            Turn(
+                context_ids=context_ids,
+                response_ids=response_ids,
+                response_logprobs=(math.nan,) * len(response_ids),
+                response_text=message["content"],
+                observation=observation,
+                reasoning_span=reasoning_span(tokenizer, response_ids),
+                actions=parsed.actions,
+                reward=0.0,
+                format_valid=parsed.format_valid,
+                actions_valid=parsed.format_valid and bool(parsed.actions),
+            )
+        )
+    return turns
+
+
+def _normalised_messages(record: dict, line: int) -> list[dict[str, str]]:
+    """The record's messages, each assistant content starting with ``<think>``; errors name the line."""
+    messages = record.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ValueError(f"line {line}: 'messages' must be a non-empty list of {{role, content}} objects")
+    out = []
+    for k, message in enumerate(messages):
+        if (
+            not isinstance(message, dict)
+            or message.get("role") not in _ROLES
+            or not isinstance(message.get("content"), str)
+        ):
+            raise ValueError(
+                f"line {line}, message {k}: expected {{'role': one of {list(_ROLES)}, 'content': str}}, got {message!r}"
+            )
+        content = message["content"]
+        if message["role"] == "assistant":
+            stripped = content.lstrip()
+            content = stripped if stripped.startswith(_THINK_OPEN) else _THINK_OPEN + content
+        out.append({"role": message["role"], "content": content})
+    return out
+
+
+def _parse_line(path: Path, number: int, line: str) -> dict:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}:{number}: not valid JSON ({err.msg}); expected one object per line") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
+    return record
+
+
+def diagnose(
+    policy,
+    episodes: Sequence[Episode],
+    *,
+    scopes: Sequence[str] = ("first_turn", "trajectory"),
+    num_pairs: int = 64,
+    seed: int = 0,
+    mode: str = "shared",
+    action_dependence: bool = False,
+) -> dict[str, float | str]:
+    """``run_diagnostics`` on saved episodes with a fresh state and a generator seeded with ``seed``.
+
+    Returns the same catalogue keys as in training, plus ``time/scoring`` (wall seconds).
+    """
+    config = DiagnosticsConfig(scopes=list(scopes), num_pairs=num_pairs, action_dependence=action_dependence)
+    generator = torch.Generator().manual_seed(seed)
+    start = time.perf_counter()
+    out = run_diagnostics(
+        policy, episodes, config, DiagnosticsState.from_config(config), generator=generator, mode=mode
+    )
+    out["time/scoring"] = time.perf_counter() - start
+    return out
+
+
+def summary_rows(metrics: dict[str, float | str], ks: Sequence[int] = (1, 2, 4, 8)) -> list[dict[str, object]]:
+    """One row per scope found in ``metrics`` (per-token ``est`` family): the numbers the CLI table shows."""
+    scopes = [key.split("/")[1] for key in metrics if key.startswith("diag/") and key.endswith("/pairs")]
+    rows = []
+    for scope in scopes:
+        base, est = f"diag/{scope}", f"diag/{scope}/est"
+        row: dict[str, object] = {
+            "scope": scope,
+            "pairs": metrics[f"{base}/pairs"],
+            "columns": metrics[f"{base}/columns"],
+            "empty_reasoning": metrics[f"{base}/empty_reasoning"],
+            "regime": metrics[f"{base}/regime"],
+        }
+        if f"{est}/mi_estimate" in metrics:
+            for stat in ("mi_estimate", "mi_upper_bound", "mi_zscore", "conditional_entropy", "reasoning_entropy"):
+                row[stat] = metrics[f"{est}/{stat}"]
+            row["mi_estimate_seq"] = metrics[f"{base}/seq/mi_estimate"]
+            for k in ks:
+                suffix = "" if k == 1 else f"@{k}"
+                row[f"retrieval{suffix or '@1'}"] = metrics[f"{est}/retrieval_acc{suffix}"]
+                row[f"chance{suffix or '@1'}"] = metrics[f"{est}/retrieval_chance{suffix}"]
+        for stem in ("za", "xa"):  # action dependence, when it was scored
+            if f"{base}/{stem}_est/mi_estimate" in metrics:
+                row[f"{stem}_mi_estimate"] = metrics[f"{base}/{stem}_est/mi_estimate"]
+        rows.append(row)
+    return rows

@@ -1,0 +1,212 @@
+"""The in-training entry point of the MI diagnostics: sample pairs, cross-score, compute the proxies.
+
+The trainer calls :func:`is_scheduled` and, when it says so, :func:`run_diagnostics` on the batch *before*
+filtering (REFERENCE.md section 3), and logs the returned dict (every key is in ``mirl.trainer.metrics``).
+
+Per scope s (``first_turn``, ``trajectory``, and ``turn1``, ``turn2``, ... for ``turn_position``):
+
+- ``diag/s/pairs``, ``diag/s/columns``, ``diag/s/empty_reasoning``: M, N, and the candidates skipped for an
+  empty Z (floats);
+- ``diag/s/est/<stat>`` and ``diag/s/seq/<stat>``: ``mi_proxies`` of the per-token matrix L and of the
+  per-sequence matrix S, each with its own z-score EMA in :class:`DiagnosticsState`;
+- ``diag/s/regime``: ``RegimeThresholds`` (from the config) applied to the ``est`` family.
+
+A scope whose columns hold fewer than 2 distinct prompts (or that has no pair) cannot tell inputs apart: it
+reports its counts and the regime ``"undetermined"``, no MI keys, and leaves its EMAs untouched.
+
+Action dependence (``config.action_dependence``, beyond the paper), on the same pairs, for the turns whose reply
+splits as ``lead + Z + bridge + A`` (see ``sampling.ActionPair``), per-token scores of the answer tokens only:
+
+- ``za`` approximates I(Z; A | X): row i keeps its own context and reply and swaps in reasoning j,
+  cell (i, j) = log p(A_i | X_i, lead_i, Z_j, bridge_i) / |A_i|, true column j = i, duplicate reasonings
+  grouped. The batch's reasonings stand in for samples of p(Z | X_i). High: the action follows the reasoning.
+- ``xa`` approximates I(X; A | Z): row i keeps its own reply and swaps the context for the scope's column j,
+  cell (i, j) = log p(A_i | X_j, lead_i, Z_i, bridge_i) / |A_i|, true column = the pair's column. High: the
+  action reads the state beyond what the reasoning says (under template collapse this is what still grounds
+  the action; with grounded reasoning that decides the action it can be low).
+
+Both give ``diag/s/za_est/<stat>``, ``za_seq``, ``xa_est``, ``xa_seq`` and ``diag/s/za_est/regime``,
+``diag/s/xa_est/regime``. The matched cell of each row is the exact sampled token stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from mirl.config import DiagnosticsConfig
+from mirl.diagnostics.info import RegimeThresholds, ZScoreEMA, mi_proxies
+from mirl.diagnostics.sampling import ActionPair, PairSet, action_pairs, distinct_ids, sample_scopes
+from mirl.diagnostics.scoring import score_grid, score_matrix
+from mirl.types import Episode
+
+UNDETERMINED = "undetermined"
+
+
+@dataclass
+class DiagnosticsState:
+    """The z-score EMAs that live across iterations: one ``ZScoreEMA`` per (scope, family), made on first use.
+
+    >>> state = DiagnosticsState(decay=0.9)
+    >>> state.ema("trajectory", "est").update(2.0)
+    2.0
+    >>> state.state_dict()
+    {'decay': 0.9, 'emas': {'trajectory/est': {'decay': 0.9, 's_ema': 2.0}}}
+    """
+
+    decay: float = 0.9
+    emas: dict[str, ZScoreEMA] = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, config: DiagnosticsConfig) -> DiagnosticsState:
+        return cls(decay=config.ema_decay)
+
+    def ema(self, scope: str, family: str) -> ZScoreEMA:
+        return self.emas.setdefault(f"{scope}/{family}", ZScoreEMA(decay=self.decay))
+
+    def state_dict(self) -> dict:
+        return {"decay": self.decay, "emas": {key: ema.state_dict() for key, ema in self.emas.items()}}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        if set(state) != {"decay", "emas"}:
+            raise ValueError(
+                f"DiagnosticsState state must have the keys ['decay', 'emas'], got {sorted(state)}; "
+                "pass a dict made by DiagnosticsState.state_dict()"
+            )
+        emas = {}
+        for key, ema_state in state["emas"].items():
+            emas[key] = ZScoreEMA()
+            emas[key].load_state_dict(ema_state)
+        self.decay, self.emas = float(state["decay"]), emas
+
+
+def is_scheduled(iteration: int, every: int) -> bool:
+    """Whether diagnostics run at 1-based ``iteration``: at iteration 1 and at every multiple of ``every``.
+
+    ``every=5`` gives 1, 5, 10, 15, ...; ``every=1`` every iteration; ``every=0`` never (off).
+
+    >>> [i for i in range(1, 16) if is_scheduled(i, 5)]
+    [1, 5, 10, 15]
+    >>> is_scheduled(3, 0)
+    False
+    """
+    if isinstance(iteration, bool) or not isinstance(iteration, int) or iteration < 1:
+        raise ValueError(f"iteration must be a 1-based int, got {iteration!r}")
+    if isinstance(every, bool) or not isinstance(every, int) or every < 0:
+        raise ValueError(f"every must be an int >= 0 (0 = off), got {every!r}")
+    return every > 0 and (iteration == 1 or iteration % every == 0)
+
+
+def run_diagnostics(
+    policy,
+    episodes: Sequence[Episode],
+    config: DiagnosticsConfig,
+    state: DiagnosticsState,
+    *,
+    generator: torch.Generator,
+    mode: str = "shared",
+) -> dict[str, float | str]:
+    """MI proxies of every configured scope (module docstring for the keys); updates ``state``'s EMAs.
+
+    Args:
+        policy: the current policy (``score``; ``tokenizer`` for action dependence; ``model`` in naive mode).
+        episodes: the iteration's P x K episodes, before filtering.
+        config: scopes, pairs, ks, std_eps, max_batch_tokens (naive mode), regime thresholds, action_dependence.
+        state: the EMAs carried across iterations (checkpointed with ``state_dict``).
+        generator: the only source of randomness of the pair samplers, drawn from in scope order.
+        mode: ``"shared"`` (prefix caching, the default) or ``"naive"`` (full re-encode), see ``scoring``.
+    """
+    thresholds = RegimeThresholds(entropy=config.regime_entropy_threshold, mi_fraction=config.regime_mi_fraction)
+    out: dict[str, float | str] = {}
+    for pair_set in sample_scopes(episodes, config.scopes, num_pairs=config.num_pairs, generator=generator):
+        scope = pair_set.scope
+        out.update(_counts(pair_set))
+        if not pair_set.pairs or pair_set.num_prompts < 2:
+            out[f"diag/{scope}/regime"] = UNDETERMINED
+            continue
+        matrices = score_matrix(
+            policy, pair_set.columns, pair_set.reasonings, mode=mode, max_batch_tokens=config.max_batch_tokens
+        )
+        scores = _Scores(*matrices, pair_set.true_col, pair_set.col_group)
+        est = _family(out, scope, "", scores, config, state)
+        out[f"diag/{scope}/regime"] = thresholds.classify(est)
+        if config.action_dependence:
+            rows = action_pairs(pair_set, episodes, policy.tokenizer)
+            out.update(_action_metrics(policy, rows, pair_set, config, state, thresholds, mode))
+    return out
+
+
+def _counts(pair_set: PairSet) -> dict[str, float]:
+    prefix = f"diag/{pair_set.scope}"
+    return {
+        f"{prefix}/pairs": float(len(pair_set.pairs)),
+        f"{prefix}/columns": float(len(pair_set.columns)),
+        f"{prefix}/empty_reasoning": float(pair_set.empty_reasoning),
+    }
+
+
+@dataclass(frozen=True)
+class _Scores:
+    """One cross-scoring result and its labels."""
+
+    per_seq: torch.Tensor  # (M, N) S
+    per_token: torch.Tensor  # (M, N) L
+    true_col: torch.Tensor  # (M,) long
+    col_group: Sequence[int]  # (N,)
+
+
+def _family(
+    out: dict, scope: str, stem: str, scores: _Scores, config: DiagnosticsConfig, state: DiagnosticsState
+) -> dict[str, float]:
+    """Add ``diag/scope/{stem}est/*`` (from L) and ``{stem}seq/*`` (from S) to ``out``; return the est proxies."""
+    results = {}
+    for family, matrix in (("est", scores.per_token), ("seq", scores.per_seq)):
+        name = f"{stem}{family}"
+        results[family] = mi_proxies(
+            matrix,
+            scores.true_col,
+            col_group=torch.tensor(scores.col_group, dtype=torch.long),
+            ks=tuple(config.ks),
+            std_eps=config.std_eps,
+            ema=state.ema(scope, name),
+        )
+        out.update({f"diag/{scope}/{name}/{stat}": value for stat, value in results[family].items()})
+    return results["est"]
+
+
+def _action_metrics(
+    policy,
+    rows: list[ActionPair],
+    pair_set: PairSet,
+    config: DiagnosticsConfig,
+    state: DiagnosticsState,
+    thresholds: RegimeThresholds,
+    mode: str,
+) -> dict[str, float | str]:
+    """The ``za`` and ``xa`` families of one scope (module docstring)."""
+    out: dict[str, float | str] = {}
+    scope, budget = pair_set.scope, config.max_batch_tokens
+    scored = [len(row.answer_ids) for row in rows]
+    reasoning_groups = distinct_ids([row.z_ids for row in rows])
+    za_ready = len(set(reasoning_groups)) >= 2
+    xa_ready = bool(rows) and pair_set.num_prompts >= 2
+    if za_ready:
+        prefixes = [[row.x_ids + row.lead_ids] * len(rows) for row in rows]
+        conts = [[other.z_ids + row.bridge_ids + row.answer_ids for other in rows] for row in rows]
+        matrices = score_grid(policy, prefixes, conts, scored, mode=mode, max_batch_tokens=budget)
+        scores = _Scores(*matrices, torch.arange(len(rows)), reasoning_groups)
+        est = _family(out, scope, "za_", scores, config, state)
+        out[f"diag/{scope}/za_est/regime"] = thresholds.classify(est)
+    if xa_ready:
+        prefixes = [list(pair_set.columns) for _ in rows]
+        conts = [[row.lead_ids + row.z_ids + row.bridge_ids + row.answer_ids] * len(pair_set.columns) for row in rows]
+        matrices = score_grid(policy, prefixes, conts, scored, mode=mode, max_batch_tokens=budget)
+        true_col = torch.tensor([row.column for row in rows], dtype=torch.long)
+        est = _family(out, scope, "xa_", _Scores(*matrices, true_col, pair_set.col_group), config, state)
+        out[f"diag/{scope}/xa_est/regime"] = thresholds.classify(est)
+    for stem, ready in (("za", za_ready), ("xa", xa_ready)):
+        if not ready:
+            out[f"diag/{scope}/{stem}_est/regime"] = UNDETERMINED
+    return out

@@ -1,0 +1,207 @@
+"""Cross-scoring: teacher-force every reasoning under every prompt and collect the (M, N) log-prob matrices.
+
+For prompts x_1..x_N and reasonings z_1..z_M (REFERENCE.md section 3), at temperature 1, without gradient:
+
+    S[i, j] = sum_t log p(z_i,t | x_j, z_i,<t)       per sequence (the ``_seq`` family)
+    L[i, j] = S[i, j] / |z_i|                         per token (the ``_est`` family)
+
+The general form, used by the action-dependence matrices, is a grid of cells: cell (i, j) is a prefix
+``prefixes[i][j]`` and a continuation ``continuations[i][j]``, and only the last ``scored[i]`` tokens of the
+continuation are summed (``scored[i]`` is the same for every column of row i, so L = S / scored[i]).
+
+Two modes compute the same numbers (up to float rounding):
+
+- ``"shared"`` hands every cell to ``policy.score(prefixes, continuations)``, which encodes each distinct
+  prefix once and shares its KV cache over every continuation that follows it. A matrix then costs N prefix
+  passes plus M x N continuation passes. Its memory budget is the policy's own (``HFPolicy.max_batch_tokens``).
+- ``"naive"`` re-encodes every full sequence prefix + continuation from scratch, as the reference
+  implementation does: left-padded micro-batches of at most ``max_batch_tokens`` tokens (padding included),
+  a plain forward of the policy's decoder (``policy.model.get_decoder()``), and the output head applied only at
+  the positions that predict scored tokens, in float32. It needs a transformers model on ``policy.model``; it
+  exists for parity tests and benchmarks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+MODES: tuple[str, ...] = ("shared", "naive")
+
+# (rows x positions x V) logits materialised at once in naive mode at most: 2**25 floats = 128 MiB in float32
+_MAX_LOGIT_ELEMENTS = 2**25
+
+Ids = Sequence[int]
+
+
+def score_matrix(
+    policy,
+    prompts: Sequence[Ids],
+    reasonings: Sequence[Ids],
+    *,
+    mode: str = "shared",
+    max_batch_tokens: int = 8192,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-sequence S (M, N) and per-token L (M, N) scores of ``reasonings`` (M) under ``prompts`` (N).
+
+    Duplicate prompts are scored like any other column (``mi_proxies`` takes ``col_group`` to treat them as
+    one prompt); in shared mode the policy encodes a repeated prompt only once. Both matrices are float64.
+
+    Args:
+        policy: a ``Policy`` (shared mode); naive mode also needs ``policy.model`` (a transformers causal LM).
+        prompts: N non-empty token-id sequences x_j.
+        reasonings: M non-empty token-id sequences z_i.
+        mode: ``"shared"`` (prefix caching through ``policy.score``) or ``"naive"`` (full re-encode).
+        max_batch_tokens: tokens per forward pass in naive mode, padding included.
+    """
+    _check_ids("prompts", prompts)
+    _check_ids("reasonings", reasonings)
+    prefixes = [list(prompts) for _ in reasonings]
+    continuations = [[z] * len(prompts) for z in reasonings]
+    return score_grid(
+        policy,
+        prefixes,
+        continuations,
+        [len(z) for z in reasonings],
+        mode=mode,
+        max_batch_tokens=max_batch_tokens,
+    )
+
+
+def score_grid(
+    policy,
+    prefixes: Sequence[Sequence[Ids]],
+    continuations: Sequence[Sequence[Ids]],
+    scored: Sequence[int],
+    *,
+    mode: str = "shared",
+    max_batch_tokens: int = 8192,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """S[i, j] = sum of log p over the last ``scored[i]`` tokens of ``continuations[i][j]`` after
+    ``prefixes[i][j]``, and L = S / scored[i]; both (M, N) float64 (see the module docstring)."""
+    num_rows = len(prefixes)
+    num_cols = len(prefixes[0]) if num_rows else 0
+    _check_grid(prefixes, continuations, scored, num_rows, num_cols)
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    cell_prefixes = [prefixes[i][j] for i in range(num_rows) for j in range(num_cols)]
+    cell_conts = [continuations[i][j] for i in range(num_rows) for j in range(num_cols)]
+    cell_scored = [scored[i] for i in range(num_rows) for _ in range(num_cols)]
+    if mode == "shared":
+        sums = _shared_sums(policy, cell_prefixes, cell_conts, cell_scored)
+    else:
+        sums = _naive_sums(policy, cell_prefixes, cell_conts, cell_scored, max_batch_tokens)
+    per_seq = sums.reshape(num_rows, num_cols)  # (M, N)
+    lengths = torch.tensor(list(scored), dtype=torch.float64).reshape(num_rows, 1)  # (M, 1)
+    return per_seq, per_seq / lengths
+
+
+def _shared_sums(policy, prefixes, continuations, scored) -> torch.Tensor:
+    """(C,) float64 sums of the last ``scored[c]`` log-probs of each cell, through ``policy.score``."""
+    logps = policy.score(prefixes, continuations)
+    if len(logps) != len(prefixes):
+        raise ValueError(f"policy.score returned {len(logps)} results for {len(prefixes)} cells")
+    sums = torch.empty(len(prefixes), dtype=torch.float64)  # (C,)
+    for c, (logp, k) in enumerate(zip(logps, scored, strict=True)):
+        sums[c] = logp.to(torch.float64)[len(logp) - k :].sum()
+    return sums
+
+
+@torch.no_grad()
+def _naive_sums(policy, prefixes, continuations, scored, max_batch_tokens: int) -> torch.Tensor:
+    """(C,) float64 sums, every cell encoded from scratch in left-padded micro-batches."""
+    if not (isinstance(max_batch_tokens, int) and max_batch_tokens >= 1):
+        raise ValueError(f"max_batch_tokens must be an int >= 1, got {max_batch_tokens!r}")
+    model = policy.model
+    device = next(model.parameters()).device
+    sequences = [list(p) + list(c) for p, c in zip(prefixes, continuations, strict=True)]
+    order = sorted(range(len(sequences)), key=lambda c: -len(sequences[c]))  # longest first: little padding
+    sums = torch.empty(len(sequences), dtype=torch.float64)  # (C,)
+    start = 0
+    while start < len(order):
+        rows = max(1, max_batch_tokens // len(sequences[order[start]]))
+        batch = order[start : start + rows]
+        batch_sums = _naive_batch(model, [sequences[c] for c in batch], [scored[c] for c in batch], device)
+        sums[batch] = batch_sums
+        start += rows
+    return sums
+
+
+def _naive_batch(model, sequences: list[list[int]], scored: list[int], device) -> torch.Tensor:
+    """(n,) float64 sums of the last ``scored[r]`` token log-probs of each left-padded sequence."""
+    rows, longest, window = len(sequences), max(len(s) for s in sequences), max(scored)
+    ids = torch.zeros(rows, longest, dtype=torch.long)  # (n, T) left-padded; padding is masked out
+    mask = torch.zeros(rows, longest, dtype=torch.long)  # (n, T)
+    for r, seq in enumerate(sequences):
+        ids[r, longest - len(seq) :] = torch.tensor(seq, dtype=torch.long)
+        mask[r, longest - len(seq) :] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (n, T): real tokens count from 0 whatever the padding
+    ids, mask, positions = ids.to(device), mask.to(device), positions.to(device)
+    hidden = model.get_decoder()(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state
+    predictors = hidden[:, longest - 1 - window : longest - 1]  # (n, W, H): position t predicts token t + 1
+    targets = ids[:, longest - window :]  # (n, W)
+    logp = _head_logprobs(model, predictors, targets)  # (n, W) float64
+    first = window - torch.tensor(scored, device=logp.device)  # (n,) first scored column of each row
+    keep = torch.arange(window, device=logp.device)[None, :] >= first[:, None]  # (n, W)
+    return torch.where(keep, logp, torch.zeros((), dtype=logp.dtype, device=logp.device)).sum(1).cpu()
+
+
+def _head_logprobs(model, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log softmax(head(hidden))[targets] in float32, returned as float64; chunked over rows."""
+    head = model.get_output_embeddings()
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    rows, window = targets.shape
+    step = max(1, _MAX_LOGIT_ELEMENTS // max(1, window * head.weight.shape[0]))
+    pieces = []
+    for start in range(0, rows, step):
+        logits = head(hidden[start : start + step]).float()  # (r, W, V)
+        if cap:
+            logits = torch.tanh(logits / cap) * cap
+        chosen = logits.gather(-1, targets[start : start + step, :, None]).squeeze(-1)  # (r, W)
+        pieces.append((chosen - logits.logsumexp(-1)).double())
+    return torch.cat(pieces)
+
+
+def _check_ids(name: str, sequences: Sequence[Ids]) -> None:
+    if len(sequences) == 0:
+        raise ValueError(f"{name} must hold at least one token-id sequence, got none")
+    empty = [i for i, seq in enumerate(sequences) if len(seq) == 0]
+    if empty:
+        raise ValueError(
+            f"{name} must be non-empty token-id sequences, got empty ones at {empty[:5]}; "
+            "skip empty reasonings before scoring (the samplers do)"
+        )
+
+
+def _check_grid(prefixes, continuations, scored, num_rows: int, num_cols: int) -> None:
+    if num_rows == 0 or num_cols == 0:
+        raise ValueError(f"need at least one row and one column, got {num_rows} x {num_cols}")
+    shapes_ok = len(continuations) == num_rows and len(scored) == num_rows
+    if shapes_ok:
+        shapes_ok = all(len(p) == num_cols == len(c) for p, c in zip(prefixes, continuations, strict=True))
+    if not shapes_ok:
+        raise ValueError(
+            f"prefixes and continuations must both be {num_rows} rows x {num_cols} columns and scored must "
+            f"have {num_rows} entries, got {len(continuations)} continuation rows and {len(scored)} scored"
+        )
+    for i, k in enumerate(scored):
+        shortest = min(len(c) for c in continuations[i])
+        if not 1 <= k <= shortest or any(len(p) == 0 for p in prefixes[i]):
+            raise ValueError(
+                f"row {i}: scored must be in [1, shortest continuation = {shortest}] and every prefix "
+                f"non-empty, got scored={k}"
+            )
+
+
+def tokens_per_matrix(prompts: Sequence[Ids], reasonings: Sequence[Ids]) -> dict[str, int]:
+    """Token counts of one matrix: ``naive`` = sum over cells of |x_j| + |z_i|; ``shared`` = sum_j |x_j| +
+    N * sum_i |z_i| (each prompt once, every continuation under every prompt).
+
+    >>> tokens_per_matrix([[1, 2, 3], [4, 5, 6]], [[7], [8, 9]])
+    {'naive': 18, 'shared': 12}
+    """
+    num_rows, num_cols = len(reasonings), len(prompts)
+    prompt_tokens, reasoning_tokens = sum(map(len, prompts)), sum(map(len, reasonings))
+    naive = num_rows * prompt_tokens + num_cols * reasoning_tokens
+    return {"naive": naive, "shared": prompt_tokens + num_cols * reasoning_tokens}

@@ -1,0 +1,200 @@
+"""``build_report``: one run directory -> ``report.html`` (self-contained) plus its PNGs.
+
+The page has one section per question a reader asks of a run (DESIGN.md, REFERENCE.md sections 1-5): did it
+learn (training / validation curves), did its reasoning stay input-dependent while entropy looked fine (the MI
+family beside the entropy family, and the regime plane), did the filter have signal to work with (kept
+fraction, spread, labels, reward matrices), where the gradient came from (norms per reward-spread bucket), how
+the replies changed (length, validity, transcripts). A section whose data is absent still appears, with a
+visible note saying what is missing, so a partial run gives a partial report rather than an error.
+
+PNGs go to ``<html stem>/`` beside the HTML (``RUN_DIR/report/`` for the default ``RUN_DIR/report.html``).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from mirl.report import plots, plots_batch
+from mirl.report.html import Image, Section, render_page, table
+from mirl.report.overview import banner, overview_section
+from mirl.report.rundir import RunData, read_episodes, read_run
+from mirl.report.transcripts import episode_html, pick_episodes
+
+REGIME_KEY = re.compile(r"diag/([^/]+)/(?:([^/]+)/)?regime")
+INTROS = {
+    "training": "Success and mean return of the training rollouts (before filtering) and of validation.",
+    "diagnostics": (
+        "Left: input dependence I(X;Z) (MI-Est, MI-ZScore-EMA, retrieval accuracy against its chance level). "
+        "Right: the entropy family (policy token entropy, H(Z|X), H(Z)). Template collapse shows as the left "
+        "column falling while the right column stays flat."
+    ),
+    "regime": "The run's path through the plane of within-input diversity H(Z|X) and input dependence I(X;Z).",
+    "filter": "SNR-Aware Filtering: what fraction of prompt groups carried reward spread and was kept.",
+    "rewards": "Episode returns per prompt group (rows) and sample (columns); kept groups outlined in red.",
+    "gradients": "Gradient norm of each loss component per reward-spread bucket (REFERENCE section 5).",
+    "reasoning": "Reasoning length shrinks as collapse sets in; format validity tends to stay high regardless.",
+    "transcripts": "Sampled saved episodes; model text is shown verbatim (escaped).",
+}
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    """What ``build_report`` / ``build_comparison`` wrote, what was missing, and how long it took."""
+
+    html_path: Path
+    png_paths: tuple[Path, ...]
+    missing: tuple[str, ...]  # "section: note" for every missing-data note shown in the page
+    seconds: float
+
+
+def choose_iterations(available: Sequence[int], requested: Sequence[int] | None) -> tuple[list[int], list[str]]:
+    """First, middle and last of ``available``, or the ``requested`` ones that exist (notes for the rest).
+
+    >>> choose_iterations([1, 2, 3, 4, 5, 6], None)
+    ([1, 3, 6], [])
+    >>> choose_iterations([1, 2], [2, 9])
+    ([2], ['iteration 9 not available (have 1..2)'])
+    """
+    ordered = sorted(available)
+    if not ordered:
+        return [], []
+    if not requested:
+        return sorted({ordered[0], ordered[(len(ordered) - 1) // 2], ordered[-1]}), []
+    have = set(ordered)
+    notes = [f"iteration {i} not available (have {ordered[0]}..{ordered[-1]})" for i in requested if i not in have]
+    return [i for i in dict.fromkeys(requested) if i in have], notes
+
+
+def _metrics_gap(run: RunData) -> str | None:
+    if len(run.metrics):
+        return None
+    return "metrics.jsonl is missing" if not (run.path / "metrics.jsonl").is_file() else "metrics.jsonl is empty"
+
+
+def _figure_section(run: RunData, key: str, title: str, make: Callable[[], tuple[Figure | None, list[str]]]) -> Section:
+    gap = _metrics_gap(run)
+    if gap is not None:
+        return Section(f"sec-{key}", title, INTROS[key], missing=(gap,))
+    figure, notes = make()
+    images = (Image(key, plots.png_bytes(figure), title),) if figure is not None else ()
+    return Section(f"sec-{key}", title, INTROS[key], images, tuple(notes))
+
+
+def _regime_table(run: RunData) -> str:
+    rows = []
+    for key, entries in sorted(run.metrics.text.items()):
+        match = REGIME_KEY.fullmatch(key)
+        if match and entries:
+            scope = match.group(1) + (f" ({match.group(2)})" if match.group(2) else "")
+            rows.append((scope, entries[-1][1], entries[-1][0]))
+    if not rows:
+        return ""
+    return "<h3>Latest regime named by the trainer</h3>" + table(("scope", "regime", "iteration"), rows)
+
+
+def _regime_section(run: RunData, family: str) -> Section:
+    entropy = float(run.config_value("diagnostics.regime_entropy_threshold", 0.5))
+    fraction = float(run.config_value("diagnostics.regime_mi_fraction", 0.1))
+    section = _figure_section(
+        run, "regime", "Regime plane", lambda: plots_batch.regime_figure(run.metrics, family, entropy, fraction)
+    )
+    intro = f"{section.intro} Thresholds: H(Z|X) = {entropy:g}, I(X;Z) = {fraction:g} x log N."
+    return Section(section.id, section.title, intro, section.images, section.missing, _regime_table(run))
+
+
+def _rewards_section(run: RunData, requested: Sequence[int] | None) -> Section:
+    title = "Reward matrices"
+    if not run.groups:
+        return Section("sec-rewards", title, INTROS["rewards"], missing=("groups.jsonl is missing or empty",))
+    chosen, notes = choose_iterations(list(run.groups), requested)
+    if not chosen:
+        return Section("sec-rewards", title, INTROS["rewards"], missing=tuple(notes))
+    figure, more = plots_batch.reward_matrix_figure([run.groups[i] for i in chosen])
+    images = (Image("reward_matrix", plots.png_bytes(figure), title),) if figure is not None else ()
+    return Section("sec-rewards", title, INTROS["rewards"], images, tuple(notes + more))
+
+
+def _transcripts_section(run: RunData, requested: Sequence[int] | None, per_iteration: int) -> Section:
+    title = "Transcripts"
+    if not run.rollout_files:
+        return Section("sec-transcripts", title, INTROS["transcripts"], missing=("no saved rollouts (rollouts/)",))
+    chosen, notes = choose_iterations(list(run.rollout_files), requested)
+    body = []
+    for iteration in chosen:
+        episodes = pick_episodes(read_episodes(run.rollout_files[iteration]), per_iteration)
+        if not episodes:
+            notes.append(f"rollouts for iteration {iteration} hold no readable episode")
+            continue
+        body.append(f"<h3>Iteration {iteration}</h3>" + "".join(episode_html(e) for e in episodes))
+    return Section("sec-transcripts", title, INTROS["transcripts"], missing=tuple(notes), body="\n".join(body))
+
+
+def report_sections(
+    run: RunData, iterations: Sequence[int] | None = None, family: str = "est", episodes: int = 2
+) -> list[Section]:
+    """Every section of a single-run report, in page order."""
+    metrics = run.metrics
+    return [
+        overview_section(run),
+        _figure_section(run, "training", "Training and validation", lambda: plots.training_figure(metrics)),
+        _figure_section(
+            run, "diagnostics", "Diagnostics: MI vs entropy", lambda: plots.diagnostics_figure(metrics, family)
+        ),
+        _regime_section(run, family),
+        _figure_section(run, "filter", "Filter", lambda: plots.filter_figure(metrics)),
+        _rewards_section(run, iterations),
+        _figure_section(run, "gradients", "Gradient norms", lambda: plots_batch.gradient_figure(metrics)),
+        _figure_section(run, "reasoning", "Reasoning length and validity", lambda: plots.reasoning_figure(metrics)),
+        _transcripts_section(run, iterations, episodes),
+    ]
+
+
+def write_page(out: Path, page: str, sections: Sequence[Section]) -> tuple[Path, ...]:
+    """Write the HTML and every section image as ``<out stem>/<name>.png``; returns the PNG paths."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    png_dir = out.parent / out.stem
+    images = [image for section in sections for image in section.images]
+    if images:
+        png_dir.mkdir(exist_ok=True)
+    paths = []
+    for image in images:
+        path = png_dir / f"{image.name}.png"
+        path.write_bytes(image.png)
+        paths.append(path)
+    out.write_text(page, encoding="utf-8")
+    return tuple(paths)
+
+
+def missing_notes(sections: Sequence[Section]) -> tuple[str, ...]:
+    return tuple(f"{section.title}: {note}" for section in sections for note in section.missing)
+
+
+def build_report(
+    run_dir: str | Path,
+    out: str | Path | None = None,
+    *,
+    iterations: Sequence[int] | None = None,
+    family: str = "est",
+    episodes: int = 2,
+) -> ReportResult:
+    """Write the report of one run; ``out`` defaults to ``RUN_DIR/report.html``.
+
+    ``iterations`` picks the reward matrices and transcripts shown (default: first, middle, last available);
+    ``family`` the diagnostics score family (``est`` per token, ``seq`` per sequence, ``za_*`` / ``xa_*``);
+    ``episodes`` the transcripts shown per chosen iteration. Raises ``FileNotFoundError`` only when
+    ``run_dir`` is not a directory.
+    """
+    start = time.perf_counter()
+    run = read_run(run_dir)
+    target = Path(out) if out is not None else run.path / "report.html"
+    sections = report_sections(run, iterations, family, episodes)
+    subtitle = f"mirl run report · {run.path}"
+    page = render_page(f"Run {run.name}", subtitle, sections, banner(run))
+    pngs = write_page(target, page, sections)
+    return ReportResult(target, pngs, missing_notes(sections), time.perf_counter() - start)

@@ -1,0 +1,150 @@
+"""``build_comparison``: the headline curves of several runs overlaid in one self-contained HTML file.
+
+Panels: training success, training return, validation success, MI-Est and Retrieval-Acc (one scope and
+family, default ``trajectory`` / ``est``; each run's chance level dotted in its colour), token entropy and
+kept ratio. A summary table gives each run's final (last logged) and peak value of every headline metric,
+with the iteration of the peak. A run missing a metric is listed under the plot, not dropped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from mirl.report.build import ReportResult, missing_notes, write_page
+from mirl.report.html import Image, Section, esc, render_page, table
+from mirl.report.overview import banner, fmt, iterations_done, iterations_planned
+from mirl.report.plots import draw, empty_panel, finish, new_figure, png_bytes
+from mirl.report.rundir import RunData, read_run
+
+
+def headline(scope: str = "trajectory", family: str = "est") -> tuple[tuple[str, str, str, str], ...]:
+    """(metric key, panel title, y label, y range) of every compared curve."""
+    return (
+        ("rollout/success", "training success", "success rate", "unit"),
+        ("rollout/return_mean", "training return", "mean episode return", "auto"),
+        ("val/success", "validation success", "success rate", "unit"),
+        (f"diag/{scope}/{family}/mi_estimate", f"MI-Est ({scope}, {family})", "nats", "zero"),
+        (f"diag/{scope}/{family}/retrieval_acc", f"Retrieval-Acc ({scope}, {family})", "fraction", "unit"),
+        ("train/entropy", "token entropy", "nats/token", "zero"),
+        ("filter/kept_ratio", "kept ratio", "fraction", "unit"),
+    )
+
+
+def unique_labels(runs: Sequence[RunData], labels: Sequence[str] | None) -> list[str]:
+    """The given labels, or run names made unique with ``#2``, ``#3`` suffixes."""
+    if labels:
+        if len(labels) != len(runs):
+            raise ValueError(f"--labels needs one label per run: expected {len(runs)}, got {len(labels)}")
+        return list(labels)
+    seen: dict[str, int] = {}
+    out = []
+    for run in runs:
+        seen[run.name] = seen.get(run.name, 0) + 1
+        out.append(run.name if seen[run.name] == 1 else f"{run.name}#{seen[run.name]}")
+    return out
+
+
+def comparison_figure(
+    runs: Sequence[RunData], labels: Sequence[str], scope: str, family: str
+) -> tuple[Figure, list[str]]:
+    """A 4 x 2 grid: seven headline panels and a legend cell."""
+    figure, axes = new_figure(4, 2, 11, 12)
+    notes = []
+    panels = headline(scope, family)
+    for ax, (key, title, ylabel, y_range) in zip(axes.flat, panels, strict=False):
+        for index, (run, label) in enumerate(zip(runs, labels, strict=True)):
+            series = run.metrics.get(key)
+            if series is None:
+                notes.append(f"{label}: {key} not logged")
+                continue
+            draw(ax, series, label, color=f"C{index % 10}", markers=key.startswith("diag/"))
+            if key.endswith("retrieval_acc"):
+                chance = run.metrics.get(key.replace("retrieval_acc", "retrieval_chance"))
+                if chance is not None:
+                    ax.plot(chance.iterations, chance.values, ":", color=f"C{index % 10}", linewidth=1)
+        if not ax.lines:
+            empty_panel(ax, f"no run logged {key}")
+        finish(ax, title, ylabel, legend=False, y_range=y_range)
+    legend_ax = axes.flat[-1]
+    legend_ax.axis("off")
+    handles = [
+        legend_ax.plot([], [], color=f"C{i % 10}", linewidth=2, label=label)[0] for i, label in enumerate(labels)
+    ]
+    handles.append(legend_ax.plot([], [], ":", color="0.3", label="retrieval chance level")[0])
+    legend_ax.legend(handles=handles, loc="center", fontsize=10, title="runs")
+    return figure, notes
+
+
+def _final_peak(run: RunData, key: str) -> str:
+    series = run.metrics.get(key)
+    if series is None:
+        return "-"
+    return f"{fmt(series.last)} / {fmt(series.peak)} @{series.peak_iteration}"
+
+
+def summary_body(runs: Sequence[RunData], labels: Sequence[str], scope: str, family: str) -> str:
+    """Two escaped tables: each run's identity and state, then final / peak of every headline metric."""
+    identity = [
+        (
+            label,
+            str(run.path),
+            fmt(run.summary.get("status", "unknown")),
+            f"{iterations_done(run)} / {fmt(iterations_planned(run))}",
+            fmt(run.config_value("algorithm.preset")),
+            f"{run.config_value('filter.strategy', '?')} {fmt(run.config_value('filter.value'))}",
+            fmt(run.summary.get("model") or run.config_value("model.name")),
+        )
+        for run, label in zip(runs, labels, strict=True)
+    ]
+    header = ("run", "directory", "status", "iterations", "algorithm", "filter", "model")
+    panels = headline(scope, family)
+    values = [(label, *(_final_peak(run, key) for key, *_ in panels)) for run, label in zip(runs, labels, strict=True)]
+    return (
+        "<h3>Runs</h3>"
+        + table(header, identity)
+        + "<h3>Final / peak (@ iteration of the peak)</h3>"
+        + table(("run", *(panel[1] for panel in panels)), values, (False,) + (True,) * len(panels))
+    )
+
+
+def build_comparison(
+    run_dirs: Sequence[str | Path],
+    out: str | Path | None = None,
+    *,
+    labels: Sequence[str] | None = None,
+    scope: str = "trajectory",
+    family: str = "est",
+) -> ReportResult:
+    """Overlay the headline curves of ``run_dirs`` in one HTML file (default ``./compare.html``)."""
+    start = time.perf_counter()
+    if not run_dirs:
+        raise ValueError("compare needs at least one run directory, got none")
+    runs = [read_run(path) for path in run_dirs]
+    names = unique_labels(runs, labels)
+    usable = [(run, name) for run, name in zip(runs, names, strict=True) if len(run.metrics)]
+    notes = [f"{name}: {note}" for run, name in zip(runs, names, strict=True) for note in run.notes]
+    states = [f"{name}: {banner(run)}" for run, name in zip(runs, names, strict=True) if banner(run)]
+    images: tuple[Image, ...] = ()
+    if usable:
+        figure, more = comparison_figure([r for r, _ in usable], [n for _, n in usable], scope, family)
+        images = (Image("compare", png_bytes(figure), "headline curves of every run"),)
+        notes += more
+    else:
+        notes.append("no run has any logged iteration yet")
+    sections = [
+        Section("sec-curves", "Headline curves", "Raw values faint, moving average bold.", images, tuple(notes)),
+        Section(
+            "sec-summary",
+            "Summary",
+            body="".join(f'<p class="banner">{esc(state)}</p>' for state in states)
+            + summary_body(runs, names, scope, family),
+        ),
+    ]
+    target = Path(out) if out is not None else Path("compare.html")
+    page = render_page("Run comparison", " vs ".join(names), sections)
+    pngs = write_page(target, page, sections)
+    return ReportResult(target, pngs, missing_notes(sections), time.perf_counter() - start)

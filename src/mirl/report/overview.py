@@ -1,0 +1,159 @@
+"""The report header: run status, config summary, hardware, wall time, final metrics, and what is missing."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from mirl.report.html import Section, esc, table
+from mirl.report.rundir import RunData
+
+HEADLINE = (
+    "rollout/success",
+    "rollout/return_mean",
+    "val/success",
+    "val/return",
+    "diag/first_turn/est/mi_estimate",
+    "diag/trajectory/est/mi_estimate",
+    "diag/trajectory/est/retrieval_acc",
+    "train/entropy",
+    "filter/kept_ratio",
+)
+
+
+def fmt(value: Any) -> str:
+    """Numbers to 4 significant digits, everything else as text.
+
+    >>> fmt(0.123456), fmt(12), fmt(None), fmt(float("nan"))
+    ('0.1235', '12', '-', 'nan')
+    """
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else f"{value:.4g}"
+    return str(value)
+
+
+def duration(seconds: Any) -> str:
+    """``3723`` -> ``'1h 02m 03s'``; unknown -> ``'-'``."""
+    if not isinstance(seconds, int | float) or not math.isfinite(seconds) or seconds < 0:
+        return "-"
+    whole = int(round(seconds))
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h {minutes:02d}m {secs:02d}s" if hours else f"{minutes}m {secs:02d}s"
+
+
+def iterations_done(run: RunData) -> int:
+    done = run.summary.get("iterations_done")
+    if isinstance(done, int):
+        return done
+    return int(run.metrics.iterations[-1]) if len(run.metrics) else 0
+
+
+def iterations_planned(run: RunData) -> Any:
+    return run.summary.get("iterations_planned") or run.config_value("trainer.iterations")
+
+
+def banner(run: RunData) -> str:
+    """One sentence on the run's state when it is not a cleanly finished run, else ''."""
+    status = run.summary.get("status")
+    done, planned = iterations_done(run), iterations_planned(run)
+    progress = f"{done} of {planned if planned is not None else '?'} iterations"
+    if not run.summary:
+        return f"summary.json is missing: status unknown (still starting, or killed); {progress} found in metrics."
+    if status == "running":
+        return f"This run is still in progress ({progress} done); the report shows what was written so far."
+    if status in ("stopped", "crashed"):
+        reason = run.summary.get("stop_reason") or "no reason recorded"
+        return f"The run {status} after {progress}: {reason}."
+    return ""
+
+
+def _wall_time(run: RunData) -> str:
+    if "wall_time_s" in run.summary:
+        return duration(run.summary.get("wall_time_s"))
+    clock = run.metrics.get("time")
+    if clock is not None and len(clock.values) > 1:
+        return duration(clock.values[-1] - clock.values[0]) + " (from metrics timestamps)"
+    return "-"
+
+
+def _hardware(run: RunData) -> str:
+    hardware = run.summary.get("hardware")
+    if not isinstance(hardware, dict):
+        return "-"
+    parts = [f"{hardware.get('cpu', '?')} ({hardware.get('cores', '?')} cores)"]
+    if hardware.get("memory_gb") is not None:
+        parts.append(f"{fmt(hardware['memory_gb'])} GB RAM")
+    parts.append(f"GPU: {hardware.get('gpu') or 'none'}")
+    return ", ".join(parts)
+
+
+def _run_rows(run: RunData) -> list[tuple[str, str]]:
+    s = run.summary
+    return [
+        ("status", fmt(s.get("status", "unknown (no summary.json)"))),
+        ("stop reason", fmt(s.get("stop_reason"))),
+        ("iterations", f"{iterations_done(run)} done of {fmt(iterations_planned(run))} planned"),
+        ("started / finished", f"{fmt(s.get('started_at'))} / {fmt(s.get('finished_at'))}"),
+        ("wall time", _wall_time(run)),
+        ("model", fmt(s.get("model") or run.config_value("model.name"))),
+        ("device", fmt(s.get("device") or run.config_value("model.device"))),
+        ("hardware", _hardware(run)),
+        ("mirl version", fmt(s.get("mirl_version"))),
+        ("directory", str(run.path)),
+    ]
+
+
+def _envs(run: RunData) -> str:
+    entries = run.config.get("envs")
+    if not isinstance(entries, list) or not entries:
+        return "-"
+    names = [f"{e.get('name', '?')} (weight {fmt(e.get('weight', 1.0))})" for e in entries if isinstance(e, dict)]
+    return ", ".join(names) or "-"
+
+
+def _config_rows(run: RunData) -> list[tuple[str, str]]:
+    c = run.config_value
+    filter_text = f"{c('filter.strategy', '?')} value={fmt(c('filter.value'))} mode={c('filter.mode', '?')}"
+    filter_text += f" statistic={c('filter.statistic', '?')} include_zero={c('filter.include_zero', '?')}"
+    diag = f"enabled={c('diagnostics.enabled', '?')} every={c('diagnostics.every', '?')}"
+    diag += f" scopes={c('diagnostics.scopes', '?')} gradients every={c('diagnostics.gradient_every', '?')}"
+    return [
+        ("model", fmt(c("model.name"))),
+        ("environments", _envs(run)),
+        ("algorithm", f"{c('algorithm.preset', '?')} (actor lr {fmt(c('algorithm.actor_lr'))})"),
+        ("filter", filter_text),
+        ("batch", f"P={fmt(c('rollout.prompts_per_iteration'))} prompts x K={fmt(c('rollout.group_size'))}"),
+        ("turns", f"max {fmt(c('rollout.max_turns'))}, max new tokens {fmt(c('rollout.max_new_tokens'))}"),
+        ("iterations", fmt(c("trainer.iterations"))),
+        ("diagnostics", diag),
+        ("validation", f"every {fmt(c('validation.every'))} iterations"),
+        ("seed", fmt(c("trainer.seed"))),
+    ]
+
+
+def _final_rows(run: RunData) -> list[tuple[str, str]]:
+    final = run.summary.get("final")
+    if isinstance(final, dict) and final:
+        return [(key, fmt(value)) for key, value in sorted(final.items())]
+    rows = []
+    for key in HEADLINE:
+        series = run.metrics.get(key)
+        if series is not None:
+            rows.append((key, f"{fmt(series.last)} (iteration {int(series.iterations[-1])})"))
+    return rows
+
+
+def overview_section(run: RunData) -> Section:
+    """Header: run table, config summary, final metrics and the list of files that could not be read."""
+    body = ["<h3>Run</h3>", table(("field", "value"), _run_rows(run))]
+    body += ["<h3>Configuration</h3>"]
+    body += [table(("setting", "value"), _config_rows(run)) if run.config else "<p>(no config.yaml)</p>"]
+    final = _final_rows(run)
+    has_final = isinstance(run.summary.get("final"), dict) and bool(run.summary["final"])
+    source = "summary.json final" if has_final else "last logged values"
+    body += [f"<h3>Final metrics ({esc(source)})</h3>"]
+    body += [table(("metric", "value"), final, (False, True)) if final else "<p>(none logged yet)</p>"]
+    return Section("sec-overview", "Overview", missing=run.notes, body="\n".join(body))

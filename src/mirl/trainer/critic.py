@@ -1,0 +1,28 @@
+"""The value critic for ppo / dapo: a scalar head on a transformer backbone.
+
+The backbone is a copy of the policy's (or ``model.critic_name``, a smaller model with the same tokenizer). The
+value of response token t is read from the hidden state at t - 1, the state in which the token was chosen, so
+``values[:, t]`` lines up with ``old_logprobs[:, t]``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class Critic(nn.Module):
+    def __init__(self, causal_lm: nn.Module) -> None:
+        super().__init__()
+        self.backbone = getattr(causal_lm, causal_lm.base_model_prefix)
+        hidden = causal_lm.config.hidden_size
+        dtype = next(self.backbone.parameters()).dtype
+        self.head = nn.Linear(hidden, 1, dtype=dtype)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Values (B, T) with values[:, t] = V(state before token t); values[:, 0] = 0."""
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask.long()).last_hidden_state
+        state_values = self.head(hidden).squeeze(-1).float()  # (B, T): value after reading token t
+        return torch.cat([state_values.new_zeros(state_values.shape[0], 1), state_values[:, :-1]], dim=1)

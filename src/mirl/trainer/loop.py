@@ -1,0 +1,195 @@
+"""The training loop. It reads like the data flow in DESIGN.md: rollout, diagnose, select, advantages, update,
+log, checkpoint, validate, early stops. Everything else lives in named helpers (stages, run, update, ...).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from mirl.config import Config
+from mirl.diagnostics.groups import label_counts, label_groups
+from mirl.diagnostics.run import DiagnosticsState, is_scheduled, run_diagnostics
+from mirl.filtering import group_spread
+from mirl.trainer import stages
+from mirl.trainer.early_stop import after_selection, after_validation
+from mirl.trainer.run import (
+    Timer,
+    TrainState,
+    log_groups,
+    peak_memory_gb,
+    prepare,
+    restore,
+    save,
+    save_rollouts,
+)
+from mirl.trainer.rundir import RunSummary
+from mirl.trainer.setup import build_learner, load_policy, resolve_preset
+from mirl.trainer.sinks import Sinks
+from mirl.trainer.update import UpdateInputs, update
+from mirl.trainer.validation import validate
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_dir: Path
+    iterations_done: int
+    stop_reason: str | None
+    final_metrics: dict
+
+
+def iteration_seed(config: Config, iteration: int) -> int:
+    """Seed of an iteration's sampling, shuffling and pair draws: a function of (run seed, iteration) only."""
+    return config.trainer.seed * 1_000_003 + iteration
+
+
+def train(
+    config: Config, *, policy=None, run_dir: str | Path | None = None, resume: bool = False, console=None
+) -> RunResult:
+    """Train ``config.trainer.iterations`` iterations (or continue a run with ``resume=True``)."""
+    from mirl.trainer.run import run_directory
+
+    run_dir = Path(run_dir) if run_dir is not None else run_directory(config)
+    prepare(run_dir, config, resume)
+    policy = policy if policy is not None else load_policy(config)
+    preset = resolve_preset(config.algorithm)
+    learner = build_learner(policy, config, preset)
+    state = TrainState(diagnostics=DiagnosticsState.from_config(config.diagnostics))
+    if resume:
+        restore(run_dir, learner, state)
+    summary = RunSummary(
+        run_dir,
+        name=run_dir.name,
+        model=config.model.name,
+        device=str(policy.device),
+        iterations_planned=config.trainer.iterations,
+    )
+    sinks = Sinks(run_dir, config.logging, total=config.trainer.iterations, start=state.iteration, console=console)
+    stop_reason, status = None, "crashed"
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(config.trainer.deterministic, warn_only=True)
+    try:
+        while stop_reason is None and state.iteration < config.trainer.iterations:
+            state.iteration += 1
+            metrics, stop_reason = run_iteration(policy, learner, preset, config, state, run_dir)
+            sinks.log(state.iteration, metrics)
+            summary.update(iterations_done=state.iteration)
+            if stop_reason:
+                sinks.print(f"[bold red]early stop at iteration {state.iteration}:[/] {stop_reason}")
+        status = "stopped" if stop_reason else "finished"
+    except KeyboardInterrupt:
+        status, stop_reason = "stopped", "interrupted"
+        raise
+    finally:
+        torch.use_deterministic_algorithms(previous)
+        sinks.close()
+        final = {k: v for k, v in sinks.latest.items() if isinstance(v, int | float)}
+        summary.update(
+            status=status,
+            stop_reason=stop_reason,
+            final=final,
+            finished_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
+        )
+    return RunResult(run_dir, state.iteration, stop_reason, final)
+
+
+def run_iteration(policy, learner, preset, config: Config, state: TrainState, run_dir: Path):
+    """One iteration; returns its metrics and a stop reason (or None)."""
+    iteration, seed, timer = state.iteration, iteration_seed(config, state.iteration), Timer()
+    P, K = config.rollout.prompts_per_iteration, config.rollout.group_size
+    with timer("rollout"):
+        episodes, refills = stages.collect(policy, config, iteration, sampling_seed=seed)
+    returns = stages.group_returns(episodes, P, K)  # (P, K)
+    metrics = stages.rollout_metrics(episodes) | {"rollout/refill_rounds": float(refills)}
+    if config.diagnostics.enabled and is_scheduled(iteration, config.diagnostics.every):
+        with timer("scoring"):
+            metrics |= run_diagnostics(
+                policy,
+                episodes,
+                config.diagnostics,
+                state.diagnostics,
+                generator=torch.Generator().manual_seed(seed),
+            )
+    with timer("filter"):
+        selection, rows = stages.select(returns, config)
+        labels = label_groups(episodes, returns, success_threshold=config.filter.success_threshold)
+    metrics |= {f"filter/{k}": v for k, v in (selection.metrics | label_counts(labels)).items()}
+    stop = after_selection(
+        state.early_stop,
+        config.trainer.early_stop,
+        empty=selection.empty,
+        spread=selection.metrics["spread_mean_before"],
+    )
+    metrics["filter/empty_streak"] = float(state.early_stop.empty_streak)
+    kept, batch = stages.kept_batch(episodes, rows)
+    if batch is not None:
+        metrics["filter/kept_trajectories"] = float(batch.num_rows)
+        with timer("update"):
+            metrics |= train_on(batch, kept, returns, learner, preset, config, state, seed, timer)
+    save_rollouts(run_dir, config, iteration, episodes)
+    log_groups(run_dir, iteration, episodes, returns, selection, labels)
+    if _due(iteration, config.validation.every, config):
+        with timer("validation"):
+            val = validate(policy, config)
+        metrics |= val
+        stop = stop or after_validation(state.early_stop, config.trainer.early_stop, success=val["val/success"])
+    if _due(iteration, config.trainer.checkpoint_every, config) or stop:
+        with timer("checkpoint"):
+            save(run_dir, config, learner, state)
+    return _with_timing(metrics, timer, episodes, batch, config.algorithm.ppo_epochs), stop
+
+
+def train_on(batch, kept, returns, learner, preset, config: Config, state, seed: int, timer) -> dict:
+    """Advantages and the optimiser steps on the kept batch (plus the gradient decomposition when scheduled)."""
+    advantages, targets, old_values = stages.advantages(preset, batch, returns, kept, learner)
+    scale = stages.LOSS_SCALES[config.algorithm.loss_scaling](batch.num_rows / returns.numel())
+    inputs = UpdateInputs(
+        batch,
+        advantages,
+        targets,
+        old_values,
+        stages.old_logprobs(learner, batch, config.algorithm.recompute_old_logprobs),
+        stages.reference_logprobs(learner, batch),
+        loss_scale=scale,
+    )
+    metrics = stages.advantage_metrics(advantages, batch) | {
+        "train/loss_scale": scale,
+        "train/lr": config.algorithm.actor_lr,
+    }
+    every = config.diagnostics.gradient_every
+    if every > 0 and (state.iteration == 1 or state.iteration % every == 0):
+        from mirl.diagnostics.gradients import gradient_decomposition
+
+        spreads = group_spread(returns)[batch.group_ids]  # (B,): each row's group reward spread (0 when K = 1)
+        with timer("gradients"):
+            metrics |= gradient_decomposition(
+                learner.policy,
+                batch,
+                advantages,
+                spreads,
+                preset,
+                buckets=config.diagnostics.gradient_buckets,
+                ref_logprobs=inputs.ref_logprobs,
+                micro_batch_size=config.algorithm.micro_batch_size,
+            )
+    return metrics | update(learner, inputs, preset, config.algorithm, torch.Generator().manual_seed(seed))
+
+
+def _due(iteration: int, every: int, config: Config) -> bool:
+    last = iteration == config.trainer.iterations
+    return every >= 0 and (last or (every > 0 and iteration % every == 0))
+
+
+def _with_timing(metrics: dict, timer: Timer, episodes, batch, epochs: int) -> dict:
+    metrics |= timer.metrics()
+    metrics["time/iteration"] = sum(timer.seconds.values())
+    sampled = sum(len(t.response_ids) for e in episodes for t in e.turns)
+    metrics["perf/rollout_tokens_per_s"] = sampled / max(timer.seconds["rollout"], 1e-9)
+    if batch is not None:
+        trained = int(batch.attention_mask.sum()) * epochs
+        metrics["perf/update_tokens_per_s"] = trained / max(timer.seconds["update"], 1e-9)
+    metrics["perf/peak_memory_gb"] = peak_memory_gb()
+    return metrics

@@ -1,0 +1,167 @@
+"""The metric catalogue: every key mirl logs, with its formula and unit.
+
+A key is ``area/name``; parts in braces are placeholders (``{env}`` an env name, ``{scope}`` a diagnostics scope,
+``{family}`` a score family, ``{k}`` a retrieval cut-off, ``{bucket}`` a reward-spread bucket, ``{component}`` a
+loss component). :func:`unknown_keys` is what the trainer's tests use to prove nothing is logged outside the
+catalogue. ``iteration`` and ``time`` are bookkeeping fields present on every line of ``metrics.jsonl``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+
+@dataclass(frozen=True)
+class Metric:
+    key: str
+    formula: str
+    unit: str = ""
+
+
+_PLACEHOLDER = {
+    "env": r"[A-Za-z0-9_\-]+",
+    "scope": r"first_turn|trajectory|turn\d+",
+    "family": r"(?:za_|xa_)?(?:est|seq)",
+    "k": r"\d+",
+    "bucket": r"all|b\d+",
+    "component": r"task|entropy|kl",
+}
+
+_MI_STATS = (
+    ("mi_estimate", "mean_i matched_i - mean_i marginal_i (MI-Est)", "nats"),
+    ("mi_upper_bound", "log N", "nats"),
+    ("conditional_entropy", "H(Z|X) = -mean_i matched_i", "nats"),
+    ("reasoning_entropy", "H(Z) = -mean_i marginal_i", "nats"),
+    ("matched_mean", "mean_i L[i, col(i)]", "nats"),
+    ("marginal_mean", "mean_i (logsumexp_j L[i, j] - log N)", "nats"),
+    ("marginal_std", "population std of marginal_i", "nats"),
+    ("mi_zscore", "mean_i (matched_i - marginal_i) / (marginal_std + eps)", ""),
+    ("mi_zscore_ema", "as mi_zscore with an EMA (decay 0.9) of marginal_std", ""),
+    ("retrieval_acc", "fraction of rows whose argmax column is the true prompt", "fraction"),
+    ("retrieval_acc@{k}", "true prompt among the top min(k, N) columns", "fraction"),
+    ("retrieval_chance", "mean_i |columns equivalent to row i's prompt| / N", "fraction"),
+    ("retrieval_chance@{k}", "min(1, k_eff * chance)", "fraction"),
+    ("retrieval_above_chance", "retrieval_acc - retrieval_chance", "fraction"),
+    ("retrieval_above_chance@{k}", "retrieval_acc@k - retrieval_chance@k", "fraction"),
+)
+
+CATALOGUE: tuple[Metric, ...] = (
+    Metric("iteration", "1-based training iteration"),
+    Metric("time", "unix time when the line was written", "s"),
+    # rollout: the batch before filtering
+    Metric("rollout/success", "mean over P*K episodes of the env's success flag", "fraction"),
+    Metric("rollout/return_mean", "mean episode return (env rewards + format penalties)"),
+    Metric("rollout/return_std", "population std of episode returns"),
+    Metric("rollout/success/{env}", "success rate of the episodes of one env", "fraction"),
+    Metric("rollout/return/{env}", "mean return of the episodes of one env"),
+    Metric("rollout/turns_mean", "mean turns per episode", "turns"),
+    Metric("rollout/invalid_frac", "turns whose reply failed to parse / all turns", "fraction"),
+    Metric("rollout/action_invalid_frac", "turns with an illegal action or no parse / all turns", "fraction"),
+    Metric("rollout/response_tokens_mean", "mean sampled tokens per turn", "tokens"),
+    Metric("rollout/reasoning_tokens_mean", "mean |Z| over turns with a parsed reasoning", "tokens"),
+    Metric("rollout/valid_thinking_frac", "turns with a non-empty reasoning Z / all turns", "fraction"),
+    Metric("rollout/truncated_frac", "turns that hit max_new_tokens / all turns", "fraction"),
+    Metric("rollout/episodes", "P * K (after dynamic-sampling refills)", "episodes"),
+    Metric("rollout/refill_rounds", "dynamic-sampling rounds used this iteration", "rounds"),
+    # filter: SNR-Aware Filtering on the (P, K) returns
+    Metric("filter/kept_count", "groups kept by the selection rule", "groups"),
+    Metric("filter/kept_ratio", "kept_count / P", "fraction"),
+    Metric("filter/spread_mean_before", "mean over all groups of the unbiased in-group std of returns"),
+    Metric("filter/spread_mean_after", "same mean over kept groups (0 when empty)"),
+    Metric("filter/score_mean", "mean selection score s_g over groups"),
+    Metric("filter/score_std", "population std of s_g over groups"),
+    Metric("filter/spread_ratio", "std(RV)/mean(RV) across groups: the paper's predictor of filter gains", ""),
+    Metric("filter/groups_too_easy", "zero-spread groups where every return >= success threshold", "groups"),
+    Metric("filter/groups_too_hard", "zero-spread groups where every return < success threshold", "groups"),
+    Metric("filter/groups_too_coarse", "zero-spread groups whose episodes took different actions", "groups"),
+    Metric("filter/groups_mixed", "groups with non-zero spread", "groups"),
+    Metric("filter/groups_zero_spread", "groups with spread <= 1e-10", "groups"),
+    Metric("filter/empty", "1 if nothing was kept (no update this iteration)", "flag"),
+    Metric("filter/empty_streak", "consecutive iterations with an empty selection", "iterations"),
+    Metric("filter/kept_trajectories", "rows trained on after group and trajectory selection", "rows"),
+    # train: the policy / critic update on the kept batch
+    Metric("train/policy_loss", "aggregated clipped PPO surrogate, mean over optimiser steps"),
+    Metric("train/entropy", "masked mean token entropy of the policy on trained tokens", "nats"),
+    Metric("train/kl", "masked mean KL(pi || pi_ref) estimate (0 when kl_coef = 0)", "nats"),
+    Metric("train/clip_frac", "trained tokens where the clipped branch is active", "fraction"),
+    Metric("train/dual_clip_frac", "trained tokens where the dual clip is active", "fraction"),
+    Metric("train/approx_kl", "masked mean k3(pi_old, pi) on trained tokens", "nats"),
+    Metric("train/ratio_mean", "masked mean importance ratio pi / pi_old", ""),
+    Metric("train/ratio_max", "max importance ratio over trained tokens", ""),
+    Metric("train/grad_norm", "mean global L2 gradient norm before clipping over optimiser steps", ""),
+    Metric("train/nonfinite_steps", "optimiser steps skipped for a non-finite gradient norm", "steps"),
+    Metric("train/optimizer_steps", "optimiser steps taken this iteration", "steps"),
+    Metric("train/advantage_mean", "masked mean advantage on trained tokens", ""),
+    Metric("train/advantage_std", "masked population std of advantages on trained tokens", ""),
+    Metric("train/value_loss", "clipped value loss of the critic (ppo / dapo)"),
+    Metric("train/value_clip_frac", "value predictions where the clipped branch is active", "fraction"),
+    Metric("train/value_mean", "masked mean critic value on response tokens"),
+    Metric("train/loss_scale", "factor applied to the loss for the shrunken batch (loss_scaling)", ""),
+    Metric("train/rows", "training rows this iteration", "rows"),
+    Metric("train/response_tokens", "model-sampled tokens trained on this iteration", "tokens"),
+    Metric("train/lr", "actor learning rate", ""),
+    # diagnostics: MI proxies from cross-scoring, per scope and family
+    *(Metric(f"diag/{{scope}}/{{family}}/{name}", formula, unit) for name, formula, unit in _MI_STATS),
+    Metric("diag/{scope}/pairs", "M: (X, Z) pairs scored", "pairs"),
+    Metric("diag/{scope}/columns", "N: prompt columns", "columns"),
+    Metric("diag/{scope}/empty_reasoning", "candidate pairs skipped for an empty Z", "pairs"),
+    Metric("diag/{scope}/regime", "regime name from H(Z|X) per token and MI-Est / log N (a string)"),
+    Metric("diag/{scope}/{family}/regime", "regime name for an action-dependence family (a string)"),
+    # gradient decomposition per reward-spread bucket (REFERENCE §5)
+    Metric("grad/{bucket}/{component}/norm", "L2 norm of the gradient of one loss component, before clipping"),
+    Metric("grad/{bucket}/{component}/norm_per_sample", "norm / trajectories in the bucket"),
+    Metric("grad/{bucket}/{component}/norm_per_token", "norm / response tokens in the bucket"),
+    Metric("grad/{bucket}/spread_mean", "mean in-group reward std of the bucket's groups"),
+    Metric("grad/{bucket}/samples", "trajectories in the bucket", "rows"),
+    # validation on fixed instances at the validation temperature
+    Metric("val/success", "mean success over validation episodes", "fraction"),
+    Metric("val/return", "mean validation return"),
+    Metric("val/pass@{k}", "instances with at least one success among k samples", "fraction"),
+    Metric("val/action_valid_frac", "validation turns whose actions were all legal", "fraction"),
+    Metric("val/success/{env}", "validation success of one env", "fraction"),
+    Metric("val/return/{env}", "validation return of one env"),
+    Metric("val/pass@{k}/{env}", "pass@k of one env", "fraction"),
+    Metric("val/action_valid_frac/{env}", "action validity of one env", "fraction"),
+    # timing and throughput
+    Metric("time/rollout", "wall time of rollout generation", "s"),
+    Metric("time/scoring", "wall time of the MI diagnostics (cross-scoring)", "s"),
+    Metric("time/gradients", "wall time of the gradient decomposition", "s"),
+    Metric("time/filter", "wall time of group selection", "s"),
+    Metric("time/update", "wall time of advantages and optimiser steps", "s"),
+    Metric("time/validation", "wall time of validation", "s"),
+    Metric("time/checkpoint", "wall time of checkpoint writing", "s"),
+    Metric("time/iteration", "wall time of the whole iteration", "s"),
+    Metric("perf/rollout_tokens_per_s", "sampled tokens / time/rollout", "tokens/s"),
+    Metric("perf/update_tokens_per_s", "trained tokens (context + response) / time/update", "tokens/s"),
+    Metric("perf/peak_memory_gb", "peak resident memory (CPU) or peak allocated (GPU) so far", "GB"),
+)
+
+
+def _pattern(key: str) -> str:
+    parts = re.split(r"(\{[a-z]+\})", key)
+    return "".join(f"(?:{_PLACEHOLDER[p[1:-1]]})" if p.startswith("{") else re.escape(p) for p in parts)
+
+
+@lru_cache(maxsize=1)
+def _compiled() -> re.Pattern[str]:
+    return re.compile("|".join(f"(?:{_pattern(metric.key)})" for metric in CATALOGUE) + r"\Z")
+
+
+def is_known(key: str) -> bool:
+    """True if ``key`` matches a catalogue entry (placeholders filled)."""
+    return _compiled().match(key) is not None
+
+
+def unknown_keys(keys) -> list[str]:
+    """Keys that match no catalogue entry, sorted."""
+    return sorted(key for key in keys if not is_known(key))
+
+
+def describe(key: str) -> Metric | None:
+    """The catalogue entry a key belongs to, or None."""
+    for metric in CATALOGUE:
+        if re.fullmatch(_pattern(metric.key), key):
+            return metric
+    return None

@@ -1,0 +1,110 @@
+"""Building what a run trains: the policy (optionally LoRA), its optimiser, the critic and the reference model."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from mirl.algorithms import AlgorithmPreset, get_preset
+from mirl.config import AlgorithmConfig, Config
+from mirl.trainer.critic import Critic
+from mirl.trainer.update import Learner
+
+_PRESET_OVERRIDES = ("eps_low", "eps_high", "dual_clip", "agg", "entropy_coef", "kl_coef", "gamma", "lam")
+
+
+def resolve_preset(config: AlgorithmConfig) -> AlgorithmPreset:
+    """The named preset with every non-None override from the config applied."""
+    overrides = {name: getattr(config, name) for name in _PRESET_OVERRIDES if getattr(config, name) is not None}
+    return get_preset(config.preset, kl_kind=config.kl_kind, value_clip=config.value_clip, **overrides)
+
+
+def load_policy(config: Config):
+    from mirl.policy import HFPolicy
+
+    return HFPolicy.load(
+        config.model.name,
+        device=config.model.device,
+        dtype=config.model.dtype,
+        cache_dir=config.model.cache_dir,
+        max_batch_tokens=config.diagnostics.max_batch_tokens,
+    )
+
+
+def _lora(model, config: Config):
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as err:
+        raise ImportError("model.lora_rank > 0 needs peft: pip install 'mirl[lora]'") from err
+    lora = LoraConfig(
+        r=config.model.lora_rank,
+        lora_alpha=config.model.lora_alpha,
+        target_modules="all-linear",
+        lora_dropout=0.0,
+        task_type="CAUSAL_LM",
+    )
+    with torch.random.fork_rng(devices=[]):  # LoRA init draws from the global RNG: keep it reproducible and local
+        torch.manual_seed(config.trainer.seed)
+        return get_peft_model(model, lora)
+
+
+class _Reference:
+    """Log-probs of a frozen copy of the initial policy (or of the LoRA base with adapters off)."""
+
+    def __init__(self, policy, use_adapters: bool) -> None:
+        self.policy = policy
+        self.model = None if use_adapters else copy.deepcopy(policy.model).requires_grad_(False).eval()
+
+    @torch.no_grad()
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        if self.model is None:
+            with self.policy.model.disable_adapter():
+                return self.policy.token_logprobs(input_ids, attention_mask)[0]
+        trained, self.policy.model = self.policy.model, self.model
+        try:
+            return self.policy.token_logprobs(input_ids, attention_mask)[0]
+        finally:
+            self.policy.model = trained
+
+
+def build_learner(policy, config: Config, preset: AlgorithmPreset) -> Learner:
+    if config.model.lora_rank > 0:
+        policy.model = _lora(policy.model, config)
+    if config.model.gradient_checkpointing:
+        policy.model.gradient_checkpointing_enable()
+    policy.model.eval()
+    algo = config.algorithm
+    params = [p for p in policy.model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=algo.actor_lr, weight_decay=algo.weight_decay)
+    critic = critic_optimizer = None
+    if preset.use_critic:
+        critic = _make_critic(policy, config)
+        critic_optimizer = torch.optim.AdamW(
+            [p for p in critic.parameters() if p.requires_grad],
+            lr=algo.critic_lr,
+            weight_decay=algo.weight_decay,
+        )
+    reference = _Reference(policy, config.model.lora_rank > 0) if preset.kl_coef > 0 else None
+    return Learner(policy, optimizer, critic, critic_optimizer, reference)
+
+
+def _make_critic(policy, config: Config) -> Critic:
+    """A value head on a copy of the policy backbone (or on ``model.critic_name``); LoRA runs put adapters on the
+    copy too, so only the adapters and the head train."""
+    if config.model.critic_name is None:
+        causal_lm = copy.deepcopy(policy.model)
+        if config.model.lora_rank > 0:  # fresh adapters are a no-op: merging them gives back the base weights
+            causal_lm = causal_lm.merge_and_unload()
+    else:
+        from mirl.policy.sources import load_model_and_tokenizer
+
+        causal_lm, _ = load_model_and_tokenizer(
+            config.model.critic_name,
+            dtype=config.model.dtype,
+            device=config.model.device,
+            cache_dir=config.model.cache_dir,
+        )
+    if config.model.lora_rank > 0:
+        _lora(causal_lm, config)  # injects adapters in place and freezes the rest
+    return Critic(causal_lm).to(policy.device)

@@ -1,0 +1,104 @@
+"""Where metrics go: metrics.jsonl (always), TensorBoard (when installed), Weights & Biases (on request), and a
+rich progress bar with ETA and the headline metrics on the console.
+
+Every key handed to :meth:`Sinks.log` must be in the catalogue (:mod:`mirl.trainer.metrics`); an unknown key is a
+programming error and raises, so the catalogue can never fall behind the code.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+from mirl.config import LoggingConfig
+from mirl.trainer.metrics import unknown_keys
+from mirl.trainer.rundir import append_jsonl
+
+HEADLINE = (
+    ("rollout/success", "success"),
+    ("rollout/return_mean", "return"),
+    ("diag/trajectory/est/mi_estimate", "MI"),
+    ("diag/trajectory/est/retrieval_acc", "ret-acc"),
+    ("filter/kept_ratio", "kept"),
+    ("val/success", "val"),
+)
+
+
+def _finite_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+class Sinks:
+    def __init__(self, run_dir: Path, config: LoggingConfig, *, total: int, start: int, console=None) -> None:
+        self.metrics_path = run_dir / "metrics.jsonl"
+        self.tensorboard = self._open_tensorboard(run_dir) if config.tensorboard else None
+        self.wandb = self._open_wandb(run_dir, config) if config.wandb else None
+        self.latest: dict[str, float | str] = {}
+        self.progress = None
+        if config.progress:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.progress = Progress(
+                TextColumn("[bold]train"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeRemainingColumn(),
+                TextColumn("{task.fields[headline]}"),
+                console=console,
+                transient=False,
+            )
+            self.task = self.progress.add_task("train", total=total, completed=start, headline="")
+            self.progress.start()
+
+    @staticmethod
+    def _open_tensorboard(run_dir: Path):
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:  # tensorboard is optional: pip install 'mirl[tensorboard]'
+            return None
+        return SummaryWriter(str(run_dir / "tb"))
+
+    @staticmethod
+    def _open_wandb(run_dir: Path, config: LoggingConfig):
+        try:
+            import wandb
+        except ImportError as err:
+            raise ImportError("logging.wandb=true needs Weights & Biases: pip install 'mirl[wandb]'") from err
+        return wandb.init(project=config.wandb_project, name=run_dir.name, dir=str(run_dir))
+
+    def log(self, iteration: int, metrics: dict) -> None:
+        unknown = unknown_keys(metrics)
+        if unknown:
+            raise KeyError(f"metrics not in the catalogue (mirl.trainer.metrics): {unknown}")
+        record = {"iteration": iteration, "time": round(time.time(), 3)}
+        record.update({k: (float(v) if _finite_number(v) else v) for k, v in sorted(metrics.items())})
+        append_jsonl(self.metrics_path, json.loads(json.dumps(record, default=float)))
+        numeric = {k: float(v) for k, v in metrics.items() if _finite_number(v)}
+        if self.tensorboard is not None:
+            for key, value in numeric.items():
+                self.tensorboard.add_scalar(key, value, iteration)
+            self.tensorboard.flush()
+        if self.wandb is not None:
+            self.wandb.log(numeric, step=iteration)
+        self.latest.update(metrics)
+        if self.progress is not None:
+            headline = "  ".join(
+                f"{label} {self.latest[key]:.3g}" for key, label in HEADLINE if _finite_number(self.latest.get(key))
+            )
+            self.progress.update(self.task, completed=iteration, headline=headline)
+
+    def print(self, message: str) -> None:
+        if self.progress is not None:
+            self.progress.console.print(message)
+        else:
+            print(message, flush=True)
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+        if self.wandb is not None:
+            self.wandb.finish()

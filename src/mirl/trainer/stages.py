@@ -1,0 +1,175 @@
+"""The stages of one iteration, each a small function the loop calls in order (DESIGN.md data flow)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+from mirl.algorithms import AlgorithmPreset, gae_advantages, grpo_advantages, masked_mean, masked_var, whiten
+from mirl.config import Config
+from mirl.filtering import Selection, select_groups, select_trajectories
+from mirl.rollout import collate, run_episodes
+from mirl.trainer.specs import train_specs
+from mirl.types import Episode, RolloutBatch
+
+SPREAD_EPS = 1e-10
+
+
+def group_returns(episodes: list[Episode], num_groups: int, group_size: int) -> torch.Tensor:
+    """(P, K) float64 episode returns, row p = group p, column k = sample k."""
+    returns = torch.zeros(num_groups, group_size, dtype=torch.float64)
+    for episode in episodes:
+        returns[episode.group, episode.sample] = episode.total_reward
+    return returns
+
+
+def _regroup(episodes: list[Episode], group: int) -> list[Episode]:
+    return [dataclasses.replace(e, group=group) for e in episodes]
+
+
+def collect(policy, config: Config, iteration: int, sampling_seed: int) -> tuple[list[Episode], int]:
+    """P groups of K episodes. With dynamic sampling, zero-spread groups are dropped and refilled with fresh
+    prompts for up to ``dynamic_sampling_max_rounds`` extra rounds; returns the episodes and rounds used."""
+    P, K = config.rollout.prompts_per_iteration, config.rollout.group_size
+    episodes = run_episodes(policy, train_specs(config, iteration), K, config.rollout, sampling_seed=sampling_seed)
+    if not config.algorithm.dynamic_sampling:
+        return episodes, 0
+    groups = [[e for e in episodes if e.group == p] for p in range(P)]
+    kept = [g for g in groups if _spread(g) > SPREAD_EPS]
+    rounds = 0
+    while len(kept) < P and rounds < config.algorithm.dynamic_sampling_max_rounds:
+        rounds += 1
+        specs = train_specs(config, iteration, first_index=P * rounds)
+        fresh = run_episodes(policy, specs, K, config.rollout, sampling_seed=sampling_seed + 7919 * rounds)
+        kept += [g for g in ([e for e in fresh if e.group == p] for p in range(P)) if _spread(g) > SPREAD_EPS]
+    chosen = (kept + [g for g in groups if _spread(g) <= SPREAD_EPS])[:P]
+    return [e for p, group in enumerate(chosen) for e in _regroup(group, p)], rounds
+
+
+def _spread(group: list[Episode]) -> float:
+    returns = torch.tensor([e.total_reward for e in group], dtype=torch.float64)
+    return float(returns.std()) if len(returns) > 1 else 0.0
+
+
+def select(returns: torch.Tensor, config: Config) -> tuple[Selection, torch.Tensor]:
+    """Group selection (REFERENCE §4) and the (P, K) bool mask of trajectories to train on."""
+    f = config.filter
+    selection = select_groups(
+        returns,
+        strategy=f.strategy,
+        value=f.value,
+        mode=f.mode,
+        statistic=f.statistic,
+        include_zero=f.include_zero,
+        largest=f.largest,
+        eps=f.eps,
+        band=(f.band_lo, f.band_hi) if f.strategy == "band" else None,
+        success_threshold=f.success_threshold,
+    )
+    rows = selection.keep[:, None].expand_as(returns).clone()  # (P, K)
+    if f.trajectories_per_group > 0:
+        rows &= select_trajectories(returns, f.trajectories_per_group)
+    return selection, rows
+
+
+LOSS_SCALES = {"none": lambda kept: 1.0, "linear": lambda kept: kept, "sqrt": math.sqrt}
+
+
+def _episode_advantages(preset: AlgorithmPreset, batch: RolloutBatch, returns: torch.Tensor, kept, learner):
+    """grpo / dr_grpo: the group-normalised return of each row's episode, broadcast over its response tokens."""
+    per_episode = grpo_advantages(returns, scale_by_std=preset.scale_by_std)  # (P, K), stats over all K
+    rows = torch.tensor([per_episode[e.group, e.sample] for e in kept], dtype=torch.float32)[batch.episode_ids]
+    advantages = torch.where(batch.response_mask, rows[:, None], 0.0)  # (B, T)
+    if preset.whiten_advantages:
+        advantages = whiten(advantages, batch.response_mask)
+    return advantages, None, None
+
+
+@torch.no_grad()
+def _gae(preset: AlgorithmPreset, batch: RolloutBatch, returns: torch.Tensor, kept, learner):
+    """ppo / dapo: GAE over the response tokens with the critic's values; env text is skipped, not discounted."""
+    device = next(learner.critic.parameters()).device
+    values = torch.cat(
+        [
+            learner.critic(batch.input_ids[rows].to(device), batch.attention_mask[rows].to(device)).cpu()
+            for rows in torch.split(torch.arange(batch.num_rows), 8)
+        ]
+    )  # (B, T)
+    advantages, targets = gae_advantages(
+        batch.token_rewards, values, batch.response_mask, gamma=preset.gamma, lam=preset.lam
+    )
+    if preset.whiten_advantages:
+        advantages = whiten(advantages, batch.response_mask)
+    return advantages, targets, values
+
+
+ADVANTAGES = {"grpo": _episode_advantages, "gae": _gae}
+
+
+def advantages(preset: AlgorithmPreset, batch: RolloutBatch, returns, kept: list[Episode], learner):
+    """(advantages (B, T), value targets (B, T) | None, old values (B, T) | None) by the preset's estimator."""
+    return ADVANTAGES[preset.estimator](preset, batch, returns, kept, learner)
+
+
+def advantage_metrics(advantages: torch.Tensor, batch: RolloutBatch) -> dict[str, float]:
+    mask = batch.response_mask
+    return {
+        "train/advantage_mean": float(masked_mean(advantages, mask)),
+        "train/advantage_std": float(masked_var(advantages, mask, unbiased=False).sqrt()),
+        "train/rows": float(batch.num_rows),
+    }
+
+
+@torch.no_grad()
+def old_logprobs(learner, batch: RolloutBatch, recompute: bool) -> torch.Tensor:
+    """The sampled log-probs (token-in, token-out makes them exact) or, on request, a fresh forward pass."""
+    if not recompute:
+        return batch.old_logprobs
+    return _forward_logprobs(learner.policy.token_logprobs, batch)
+
+
+@torch.no_grad()
+def reference_logprobs(learner, batch: RolloutBatch) -> torch.Tensor | None:
+    if learner.reference is None:
+        return None
+    return _forward_logprobs(learner.reference, batch)
+
+
+def _forward_logprobs(fn, batch: RolloutBatch) -> torch.Tensor:
+    parts = []
+    for rows in torch.split(torch.arange(batch.num_rows), 8):
+        out = fn(batch.input_ids[rows], batch.attention_mask[rows])
+        parts.append((out[0] if isinstance(out, tuple) else out).float().cpu())
+    return torch.cat(parts)
+
+
+def rollout_metrics(episodes: list[Episode]) -> dict[str, float]:
+    turns = [turn for episode in episodes for turn in episode.turns]
+    returns = torch.tensor([e.total_reward for e in episodes], dtype=torch.float64)
+    n_turns = max(1, len(turns))
+    reasoning = [len(t.reasoning_ids) for t in turns if t.reasoning_span is not None]
+    metrics = {
+        "rollout/success": sum(e.success for e in episodes) / len(episodes),
+        "rollout/return_mean": float(returns.mean()),
+        "rollout/return_std": float(returns.std(unbiased=False)),
+        "rollout/turns_mean": len(turns) / len(episodes),
+        "rollout/invalid_frac": sum(not t.format_valid for t in turns) / n_turns,
+        "rollout/action_invalid_frac": sum(not t.actions_valid for t in turns) / n_turns,
+        "rollout/response_tokens_mean": sum(len(t.response_ids) for t in turns) / n_turns,
+        "rollout/reasoning_tokens_mean": sum(reasoning) / max(1, len(reasoning)),
+        "rollout/valid_thinking_frac": sum(len(t.reasoning_ids) > 0 for t in turns) / n_turns,
+        "rollout/truncated_frac": sum(t.finish_reason == "length" for t in turns) / n_turns,
+        "rollout/episodes": float(len(episodes)),
+    }
+    for env in sorted({e.spec.env for e in episodes}):
+        mine = [e for e in episodes if e.spec.env == env]
+        metrics[f"rollout/success/{env}"] = sum(e.success for e in mine) / len(mine)
+        metrics[f"rollout/return/{env}"] = sum(e.total_reward for e in mine) / len(mine)
+    return metrics
+
+
+def kept_batch(episodes: list[Episode], rows: torch.Tensor) -> tuple[list[Episode], RolloutBatch | None]:
+    kept = [e for e in episodes if rows[e.group, e.sample]]
+    return kept, (collate(kept) if kept else None)

@@ -1,0 +1,225 @@
+"""The policy (and critic) update on the kept batch.
+
+One optimiser step per mini-batch. Each mini-batch is processed in micro-batches whose losses share ONE
+normaliser computed on the whole mini-batch (``aggregation_normaliser``), so the accumulated gradient is the
+gradient of the mini-batch loss whatever the micro-batch size. A step whose gradient norm is not finite is
+skipped and counted. Rows are never duplicated: a batch shrunk by filtering simply takes fewer steps (fixed
+``mini_batch_size``, the reference's semantics) or smaller steps (fixed ``updates_per_iteration``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from mirl.algorithms import (
+    AlgorithmPreset,
+    aggregate,
+    aggregation_normaliser,
+    kl_penalty,
+    masked_mean,
+    policy_loss,
+    value_loss,
+)
+from mirl.config import AlgorithmConfig
+from mirl.types import RolloutBatch
+
+
+@dataclass
+class Learner:
+    """Everything the update changes or reads: the policy, its optimiser, and the optional critic and reference."""
+
+    policy: object  # HFPolicy: .model, .token_logprobs(ids, mask, with_entropy=...)
+    optimizer: torch.optim.Optimizer
+    critic: nn.Module | None = None
+    critic_optimizer: torch.optim.Optimizer | None = None
+    reference: object | None = None  # callable (ids, mask) -> ref log-probs (B, T), or None when kl_coef = 0
+
+
+@dataclass(frozen=True)
+class UpdateInputs:
+    batch: RolloutBatch
+    advantages: torch.Tensor  # (B, T)
+    value_targets: torch.Tensor | None  # (B, T) for the critic
+    old_values: torch.Tensor | None  # (B, T)
+    old_logprobs: torch.Tensor  # (B, T)
+    ref_logprobs: torch.Tensor | None  # (B, T)
+    loss_scale: float = 1.0
+
+
+def mini_batches(num_rows: int, config: AlgorithmConfig, generator: torch.Generator) -> list[torch.Tensor]:
+    """Row indices of each optimiser step of one epoch, shuffled by ``generator``.
+
+    >>> g = torch.Generator().manual_seed(0)
+    >>> [len(m) for m in mini_batches(10, AlgorithmConfig(mini_batch_size=4), g)]
+    [4, 4, 2]
+    """
+    order = torch.randperm(num_rows, generator=generator)
+    steps = config.updates_per_iteration or math.ceil(num_rows / config.mini_batch_size)
+    steps = max(1, min(steps, num_rows))
+    return [chunk for chunk in torch.tensor_split(order, steps) if len(chunk)]
+
+
+def _trim(batch: RolloutBatch, rows: torch.Tensor) -> tuple[RolloutBatch, int]:
+    """The rows, cut to their longest attended length (right padding carries no information)."""
+    part = batch.select(rows)
+    length = int(part.attention_mask.sum(dim=1).max())
+    return part, length
+
+
+def _policy_terms(learner, inputs: UpdateInputs, rows, preset: AlgorithmPreset, normaliser) -> tuple:
+    part, length = _trim(inputs.batch, rows)
+    ids, attn = part.input_ids[:, :length], part.attention_mask[:, :length]
+    mask = part.response_mask[:, :length]
+    device = learner.policy.device
+    ids, attn, mask = ids.to(device), attn.to(device), mask.to(device)
+    logp, entropy = learner.policy.token_logprobs(ids, attn, with_entropy=preset.entropy_coef > 0)
+    cut = lambda x: x[rows][:, :length].to(device)  # noqa: E731
+    loss, stats = policy_loss(
+        logp,
+        cut(inputs.old_logprobs),
+        cut(inputs.advantages),
+        mask,
+        eps_low=preset.eps_low,
+        eps_high=preset.eps_high,
+        dual_clip=preset.dual_clip,
+        agg=preset.agg,
+        normaliser=normaliser,
+    )
+    total = loss
+    stats = {name: float(value) for name, value in stats.items()} | {"policy_loss": float(loss.detach())}
+    if entropy is not None:
+        entropy_term = aggregate(entropy, mask, preset.agg, normaliser)
+        total = total - preset.entropy_coef * entropy_term
+        stats["entropy_sum"] = float(masked_mean(entropy.detach(), mask)) * int(mask.sum())
+    if inputs.ref_logprobs is not None and preset.kl_coef > 0:
+        kl = kl_penalty(logp, cut(inputs.ref_logprobs), preset.kl_kind)
+        total = total + preset.kl_coef * aggregate(kl, mask, preset.agg, normaliser)
+        stats["kl_sum"] = float(masked_mean(kl.detach(), mask)) * int(mask.sum())
+    return total * inputs.loss_scale, stats, int(mask.sum())
+
+
+def _critic_terms(learner, inputs: UpdateInputs, rows, normaliser, clip) -> tuple:
+    part, length = _trim(inputs.batch, rows)
+    device = next(learner.critic.parameters()).device
+    ids, attn = part.input_ids[:, :length].to(device), part.attention_mask[:, :length].to(device)
+    mask = part.response_mask[:, :length].to(device)
+    values = learner.critic(ids, attn)
+    cut = lambda x: x[rows][:, :length].to(device)  # noqa: E731
+    loss, stats = value_loss(
+        values,
+        cut(inputs.old_values),
+        cut(inputs.value_targets),
+        mask,
+        clip=clip,
+        agg="token-mean",
+        normaliser=normaliser,
+    )
+    return loss, {
+        "value_loss": float(loss.detach()),
+        "value_clip_frac": float(stats["clip_frac"]),
+        "value_mean": float(stats["value_mean"]),
+    }
+
+
+def _step(optimizer, parameters, grad_clip: float) -> tuple[float, bool]:
+    norm = float(torch.nn.utils.clip_grad_norm_(parameters, grad_clip))
+    finite = math.isfinite(norm)
+    if finite:
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return norm, finite
+
+
+class _Tally:
+    """Token-weighted means of per-token statistics, max of ratio_max, per-step sums of the losses."""
+
+    def __init__(self) -> None:
+        self.weighted: dict[str, float] = {}
+        self.losses: dict[str, list[float]] = {"policy_loss": [], "value_loss": []}
+        self.step_losses: dict[str, float] = {}
+        self.ratio_max = 0.0
+        self.tokens = 0
+
+    def add(self, stats: dict[str, float], tokens: int) -> None:
+        self.tokens += tokens
+        for name, value in stats.items():
+            if name in self.losses:
+                self.step_losses[name] = self.step_losses.get(name, 0.0) + value
+            elif name == "ratio_max":
+                self.ratio_max = max(self.ratio_max, value)
+            elif name.endswith("_sum"):
+                key = name.removesuffix("_sum")
+                self.weighted[key] = self.weighted.get(key, 0.0) + value
+            else:
+                self.weighted[name] = self.weighted.get(name, 0.0) + value * tokens
+
+    def end_step(self) -> None:
+        for name, value in self.step_losses.items():
+            self.losses[name].append(value)
+        self.step_losses = {}
+
+    def metrics(self) -> dict[str, float]:
+        tokens = max(self.tokens, 1)
+        out = {f"train/{name}": value / tokens for name, value in self.weighted.items()}
+        out |= {f"train/{name}": sum(v) / len(v) for name, v in self.losses.items() if v}
+        out["train/ratio_max"] = self.ratio_max
+        return out
+
+
+def accumulate_gradients(
+    learner: Learner,
+    inputs: UpdateInputs,
+    rows: torch.Tensor,
+    preset: AlgorithmPreset,
+    micro_batch_size: int,
+    tally: _Tally | None = None,
+) -> _Tally:
+    """Backward the loss of the mini-batch ``rows`` in micro-batches into ``.grad``; no optimiser step.
+
+    The normaliser is computed once on the whole mini-batch, so the accumulated gradient does not depend on
+    ``micro_batch_size``.
+    """
+    tally = tally if tally is not None else _Tally()
+    mask = inputs.batch.response_mask[rows]
+    normaliser = aggregation_normaliser(mask, preset.agg)
+    critic_normaliser = aggregation_normaliser(mask, "token-mean")
+    for micro in torch.split(rows, micro_batch_size):
+        loss, stats, n_tokens = _policy_terms(learner, inputs, micro, preset, normaliser)
+        loss.backward()
+        if learner.critic is not None:
+            critic_loss, critic_stats = _critic_terms(learner, inputs, micro, critic_normaliser, preset.value_clip)
+            critic_loss.backward()
+            stats |= critic_stats
+        tally.add(stats, n_tokens)
+    tally.end_step()
+    return tally
+
+
+def update(
+    learner: Learner, inputs: UpdateInputs, preset: AlgorithmPreset, config: AlgorithmConfig, generator: torch.Generator
+) -> dict[str, float]:
+    """``ppo_epochs`` passes of mini-batch steps over the batch; returns ``train/*`` metrics."""
+    tally = _Tally()
+    grad_norms, nonfinite = [], 0
+    actor_params = [p for p in learner.policy.model.parameters() if p.requires_grad]
+    learner.policy.model.train()
+    for _ in range(config.ppo_epochs):
+        for rows in mini_batches(inputs.batch.num_rows, config, generator):
+            accumulate_gradients(learner, inputs, rows, preset, config.micro_batch_size, tally)
+            norm, finite = _step(learner.optimizer, actor_params, config.grad_clip)
+            if learner.critic is not None:
+                _step(learner.critic_optimizer, list(learner.critic.parameters()), config.grad_clip)
+            grad_norms.append(norm)
+            nonfinite += not finite
+    learner.policy.model.eval()
+    finite_norms = [n for n in grad_norms if math.isfinite(n)]
+    return tally.metrics() | {
+        "train/grad_norm": sum(finite_norms) / max(1, len(finite_norms)),
+        "train/nonfinite_steps": float(nonfinite),
+        "train/optimizer_steps": float(len(grad_norms) - nonfinite),
+        "train/response_tokens": float(tally.tokens // max(1, config.ppo_epochs)),
+    }

@@ -1,0 +1,37 @@
+"""Validation on fixed instances whose seeds never occur in training (see :mod:`mirl.trainer.specs`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from mirl.config import Config
+from mirl.rollout import run_episodes
+from mirl.trainer.specs import validation_specs
+from mirl.types import Episode
+
+VALIDATION_SAMPLING_SEED = 7_777_777  # identical samples at every validation of every run with the same weights
+
+
+def validate(policy, config: Config) -> dict[str, float]:
+    """success, return, pass@K and action validity, overall and per env (``val/*`` keys)."""
+    K = config.validation.group_size
+    rollout = dataclasses.replace(config.rollout, temperature=config.validation.temperature)
+    specs = validation_specs(config)
+    episodes = run_episodes(policy, specs, K, rollout, sampling_seed=VALIDATION_SAMPLING_SEED)
+    metrics = _summary(episodes, K, "")
+    for env in sorted({spec.env for spec in specs}):
+        metrics |= _summary([e for e in episodes if e.spec.env == env], K, f"/{env}")
+    return metrics
+
+
+def _summary(episodes: list[Episode], K: int, suffix: str) -> dict[str, float]:
+    groups: dict[int, list[Episode]] = {}
+    for episode in episodes:
+        groups.setdefault(episode.group, []).append(episode)
+    turns = [turn for e in episodes for turn in e.turns]
+    return {
+        f"val/success{suffix}": sum(e.success for e in episodes) / len(episodes),
+        f"val/return{suffix}": sum(e.total_reward for e in episodes) / len(episodes),
+        f"val/pass@{K}{suffix}": sum(any(e.success for e in g) for g in groups.values()) / len(groups),
+        f"val/action_valid_frac{suffix}": sum(t.actions_valid for t in turns) / max(1, len(turns)),
+    }

@@ -1,0 +1,86 @@
+"""`mirl diagnose` end to end through the real argument parser, with the tiny model as the scorer."""
+
+import doctest
+import json
+
+import pytest
+
+from mirl.cli import diagnose as diagnose_cli
+from mirl.cli import main
+from mirl.policy.tiny import tiny_policy
+from mirl.rollout import write_episodes
+from mirl.trainer.metrics import unknown_keys
+
+from ..diagnostics.helpers import grid_episodes
+
+
+@pytest.fixture
+def rollouts(tmp_path):
+    return write_episodes(tmp_path / "rollouts.jsonl", grid_episodes(num_groups=3, samples=2, num_turns=2))
+
+
+@pytest.fixture
+def tiny_scorer(monkeypatch):
+    """``--model`` resolves to the tiny test model; the requested name and options are recorded."""
+    calls = []
+
+    def load(model, **options):
+        calls.append((model, options))
+        return tiny_policy(seed=5)
+
+    monkeypatch.setattr(diagnose_cli, "load_policy", load)
+    return calls
+
+
+def test_doctests():
+    assert doctest.testmod(diagnose_cli).failed == 0
+
+
+def test_diagnose_prints_a_table_and_writes_json(rollouts, tmp_path, tiny_scorer, capsys):
+    out_file = tmp_path / "out" / "diag.json"
+    argv = [
+        "diagnose",
+        str(rollouts),
+        "--model",
+        "tiny-test",
+        "--scope",
+        "all",
+        "--pairs",
+        "8",
+        "--seed",
+        "1",
+        "--out",
+        str(out_file),
+    ]
+    assert main(argv) == 0
+    assert tiny_scorer == [("tiny-test", {"device": "auto", "dtype": "auto", "max_batch_tokens": 8192})]
+    printed = capsys.readouterr().out
+    for text in ("first_turn", "trajectory", "turn1", "turn2", "MI-Est", "retrieval@1", "H(Z|X)", "regime"):
+        assert text in printed
+    report = json.loads(out_file.read_text())
+    assert report["model"] == "tiny-test" and report["episodes"] == 6 and report["mode"] == "shared"
+    assert [row["scope"] for row in report["summary"]] == ["first_turn", "trajectory", "turn1", "turn2"]
+    assert unknown_keys(report["metrics"]) == []
+    assert report["metrics"]["diag/trajectory/pairs"] == 8.0
+
+
+def test_naive_mode_gives_the_same_numbers(rollouts, tmp_path, tiny_scorer):
+    results = {}
+    for mode in ("shared", "naive"):
+        out_file = tmp_path / f"{mode}.json"
+        assert main(["diagnose", str(rollouts), "--pairs", "6", "--mode", mode, "--out", str(out_file)]) == 0
+        results[mode] = json.loads(out_file.read_text())["metrics"]
+    for key, value in results["shared"].items():
+        if key.endswith("/mi_estimate") or key.endswith("/conditional_entropy"):
+            assert results["naive"][key] == pytest.approx(value, rel=1e-5, abs=1e-6)
+
+
+def test_missing_file_and_bad_pairs_exit_with_2(tmp_path, tiny_scorer, capsys):
+    assert main(["diagnose", str(tmp_path / "nope.jsonl")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    assert main(["diagnose", str(empty), "--pairs", "0"]) == 2
+    assert main(["diagnose", str(empty)]) == 2
+    assert "holds no JSON lines" in capsys.readouterr().err
+    assert tiny_scorer[0][0] == "smollm2-135m-instruct"  # the offline default

@@ -1,0 +1,160 @@
+"""Whole reports from synthetic runs: sections, files, missing-data notes, escaping, self-containment."""
+
+import doctest
+import re
+
+import pytest
+
+from mirl.report import build as build_module
+from mirl.report import build_comparison, build_report, html, overview, rundir, transcripts
+
+SECTIONS = [
+    "sec-overview",
+    "sec-training",
+    "sec-diagnostics",
+    "sec-regime",
+    "sec-filter",
+    "sec-rewards",
+    "sec-gradients",
+    "sec-reasoning",
+    "sec-transcripts",
+]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+LIGHT = ("diag", "grad", "filter", "groups", "rollouts")  # fewer figures where the test is about the header
+
+
+def section_ids(page: str) -> list[str]:
+    return re.findall(r'<section id="([^"]+)">', page)
+
+
+def section_html(page: str, section_id: str) -> str:
+    match = re.search(rf'<section id="{section_id}">(.*?)</section>', page, re.DOTALL)
+    assert match, f"section {section_id} not found"
+    return match.group(1)
+
+
+def assert_self_contained(page: str) -> None:
+    # every src is a data URI; every href is an in-page anchor or a data URI; nothing to fetch
+    assert all(src.startswith("data:") for src in re.findall(r'src="([^"]*)"', page))
+    assert all(href.startswith(("#", "data:")) for href in re.findall(r'href="([^"]*)"', page))
+    assert "<script" not in page and "http://" not in page and "https://" not in page
+
+
+def test_full_report_has_every_section_image_and_png(full_report):
+    run, result, page = full_report
+    assert result.html_path == run / "report.html"
+    assert section_ids(page) == SECTIONS
+    names = sorted(p.name for p in result.png_paths)
+    assert names == sorted(
+        [
+            "training.png",
+            "diagnostics.png",
+            "regime.png",
+            "filter.png",
+            "reward_matrix.png",
+            "gradients.png",
+            "reasoning.png",
+        ]
+    )
+    assert all(p.parent == run / "report" and p.read_bytes().startswith(PNG_MAGIC) for p in result.png_paths)
+    assert page.count('src="data:image/png;base64,') == len(result.png_paths)
+    assert result.missing == ()
+    assert 'class="missing"' not in page and 'class="banner"' not in page  # finished and complete
+    assert_self_contained(page)
+    assert "<h3>Iteration 1</h3>" in page and "<h3>Iteration 20</h3>" in page  # transcripts: first, middle, last
+
+
+def test_model_text_is_escaped(full_report):
+    page = full_report[2]
+    assert "<img src=x" not in page and '<script>alert("x")' not in page
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;" in page
+
+
+def test_run_with_missing_parts_says_what_is_missing_per_section(make_run):
+    run = make_run(iterations=12, omit=("groups", "rollouts", "grad", "val", "summary", "filter"))
+    result = build_report(run)
+    page = result.html_path.read_text()
+    assert section_ids(page) == SECTIONS  # every section is still there
+    assert "Missing: groups.jsonl is missing or empty" in section_html(page, "sec-rewards")
+    assert "Missing: no saved rollouts (rollouts/)" in section_html(page, "sec-transcripts")
+    assert "Missing: no grad/&lt;bucket&gt;/&lt;component&gt;/norm metrics" in section_html(page, "sec-gradients")
+    assert "Missing: val/success not logged" in section_html(page, "sec-training")
+    assert "Missing: summary.json is missing" in section_html(page, "sec-overview")
+    assert "Missing: no filter/... metrics logged" in section_html(page, "sec-filter")
+    assert "summary.json is missing: status unknown" in page  # the banner
+    assert "Reward matrices: groups.jsonl is missing or empty" in result.missing
+    assert not (run / "report" / "gradients.png").exists()
+    assert_self_contained(page)
+
+
+def test_empty_run_directory_still_gives_a_report(tmp_path):
+    result = build_report(tmp_path)
+    page = result.html_path.read_text()
+    assert section_ids(page) == SECTIONS
+    assert result.png_paths == ()
+    for section in SECTIONS[1:]:
+        assert "Missing:" in section_html(page, section), section
+    assert "Missing: metrics.jsonl is missing" in section_html(page, "sec-diagnostics")
+
+
+def test_running_run_with_a_half_written_line(make_run):
+    run = make_run(iterations=9, status="running", truncated_tail=True, omit=LIGHT)
+    result = build_report(run)
+    page = result.html_path.read_text()
+    assert "This run is still in progress (9 of 18 iterations done)" in page
+    assert "unparsable" not in page  # a half-written last line is normal, not a problem to report
+    assert "Final metrics (last logged values)" in page
+
+
+def test_stopped_run_shows_the_stop_reason(make_run):
+    page = build_report(make_run(iterations=6, status="stopped", omit=LIGHT)).html_path.read_text()
+    assert "The run stopped after 6 of 12 iterations: reward-spread collapse." in page
+
+
+def test_chosen_iterations_and_custom_output(make_run, tmp_path):
+    out = tmp_path / "out" / "mine.html"
+    result = build_report(make_run(iterations=20, omit=("diag", "grad", "filter")), out, iterations=[10, 99])
+    page = out.read_text()
+    assert result.html_path == out and (tmp_path / "out" / "mine" / "reward_matrix.png").is_file()
+    assert "Missing: iteration 99 not available (have 1..20)" in section_html(page, "sec-rewards")
+    assert "<h3>Iteration 10</h3>" in page and "<h3>Iteration 1</h3>" not in page
+
+
+def test_regime_table_lists_the_latest_regime(full_report):
+    regime = section_html(full_report[2], "sec-regime")
+    # synthetic MI at t = 20/20: 0.6 exp(-3) = 0.0299 < 0.1 log 64 = 0.416 -> template_collapse at iteration 20
+    assert "<td>trajectory</td><td>template_collapse</td><td>20</td>" in regime
+    assert "Thresholds: H(Z|X) = 0.5, I(X;Z) = 0.1 x log N." in regime
+
+
+def test_compare_overlays_runs_and_tabulates_final_and_peak(make_run, tmp_path):
+    a = make_run("a", iterations=10)
+    b = make_run("b", iterations=5, omit=("val",), status="running", seed=1)
+    result = build_comparison([a, b], tmp_path / "cmp.html", labels=["base", "filtered"])
+    page = result.html_path.read_text()
+    assert section_ids(page) == ["sec-curves", "sec-summary"]
+    assert [p.name for p in result.png_paths] == ["compare.png"]
+    assert "Missing: filtered: val/success not logged" in section_html(page, "sec-curves")
+    assert "filtered: This run is still in progress" in section_html(page, "sec-summary")
+    success = rundir.read_run(a).metrics.get("rollout/success")
+    cell = f"{overview.fmt(success.last)} / {overview.fmt(success.peak)} @{success.peak_iteration}"
+    assert f'<td>base</td><td class="num">{cell}</td>' in page
+    assert_self_contained(page)
+
+
+def test_compare_rejects_wrong_label_count(make_run, tmp_path):
+    with pytest.raises(ValueError, match="expected 2, got 1"):
+        build_comparison([make_run("a"), make_run("b")], tmp_path / "c.html", labels=["only-one"])
+
+
+def test_compare_makes_duplicate_names_unique(tmp_path):
+    from mirl.report.compare import unique_labels
+
+    runs = [rundir.read_run(tmp_path) for _ in range(3)]
+    assert unique_labels(runs, None) == [tmp_path.name, f"{tmp_path.name}#2", f"{tmp_path.name}#3"]
+
+
+@pytest.mark.parametrize("module", [build_module, html, overview, rundir, transcripts])
+def test_doctests(module):
+    failures, _ = doctest.testmod(module)
+    assert failures == 0

@@ -1,0 +1,158 @@
+"""Figures: what each one draws (lines, thresholds, outlines, bars) and what it says when data is missing."""
+
+import math
+
+import numpy as np
+import pytest
+from matplotlib.patches import Rectangle
+
+from mirl.report import plots, plots_batch
+from mirl.report.rundir import Metrics, build_metrics, read_run
+
+
+def _line_labels(ax) -> list[str]:
+    return [line.get_label() for line in ax.lines if not line.get_label().startswith("_")]
+
+
+def test_smooth_is_a_trailing_mean():
+    # window 3 over [3, 6, 9, 0]: 3/1, (3+6)/2, (3+6+9)/3, (6+9+0)/3
+    np.testing.assert_allclose(plots.smooth(np.array([3.0, 6.0, 9.0, 0.0]), 3), [3.0, 4.5, 6.0, 5.0], rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        plots.training_figure,
+        plots.diagnostics_figure,
+        plots.filter_figure,
+        plots.reasoning_figure,
+        plots_batch.regime_figure,
+        plots_batch.gradient_figure,
+    ],
+)
+def test_every_figure_is_none_with_a_note_when_nothing_is_logged(make):
+    figure, notes = make(Metrics())
+    assert figure is None and notes
+
+
+def test_training_figure_draws_one_line_per_env_plus_all(make_run):
+    run = read_run(make_run(iterations=10, envs=("frozenlake", "sokoban")))
+    figure, notes = plots.training_figure(run.metrics)
+    success = figure.axes[0]
+    assert _line_labels(success) == ["all envs", "frozenlake", "sokoban"]
+    assert notes == []  # every panel has data: val at iteration 10
+
+
+def test_training_figure_notes_missing_validation(make_run):
+    run = read_run(make_run(iterations=8, omit=("val",)))
+    figure, notes = plots.training_figure(run.metrics)
+    assert notes == ["val/success not logged", "val/return not logged"]
+    assert "no val/success logged yet" in [t.get_text() for t in figure.axes[1].texts]
+
+
+def test_diagnostics_figure_has_both_scopes_and_chance_lines(make_run):
+    run = read_run(make_run(iterations=10))
+    figure, notes = plots.diagnostics_figure(run.metrics)
+    mi, zscore, retrieval, entropy, cond, marginal = (figure.axes[i] for i in (0, 2, 4, 1, 3, 5))
+    assert _line_labels(mi) == ["first-turn", "trajectory"]
+    assert _line_labels(retrieval) == ["first-turn", "trajectory", "first-turn chance", "trajectory chance"]
+    assert _line_labels(entropy) == ["train/entropy"]
+    assert mi.get_title().startswith("MI-Est") and cond.get_title().startswith("H(Z|X)")
+    assert marginal.get_title().startswith("H(Z)") and zscore.get_title().startswith("MI-ZScore-EMA")
+    assert cond.get_ylim()[0] <= 0.0  # the entropy family keeps 0 in view so a flat curve looks flat
+    assert notes == []
+
+
+def test_diagnostics_figure_without_mi_still_shows_entropy(make_run):
+    run = read_run(make_run(iterations=6, omit=("diag",)))
+    figure, notes = plots.diagnostics_figure(run.metrics)
+    assert notes == ["no MI diagnostics (diag/<scope>/est/...) logged"]
+    assert _line_labels(figure.axes[1]) == ["train/entropy"]
+
+
+def _constant_lines(ax) -> tuple[list[float], list[float]]:
+    vertical = [
+        line.get_xdata()[0] for line in ax.lines if line.get_linestyle() == "--" and len(set(line.get_xdata())) == 1
+    ]
+    horizontal = [
+        line.get_ydata()[0] for line in ax.lines if line.get_linestyle() == "--" and len(set(line.get_ydata())) == 1
+    ]
+    return vertical, horizontal
+
+
+def test_regime_plane_thresholds_come_from_config_and_log_n(make_run):
+    run = read_run(make_run(iterations=10))
+    figure, notes = plots_batch.regime_figure(run.metrics, "est", entropy_threshold=0.5, mi_fraction=0.1)
+    first_turn, trajectory = figure.axes[:2]
+    # first-turn: N = 8 columns, 0.1 * log 8 = 0.20794; trajectory: N = 64, 0.1 * log 64 = 0.41589
+    assert _constant_lines(first_turn) == ([0.5], [pytest.approx(0.1 * math.log(8), rel=1e-9)])
+    assert _constant_lines(trajectory) == ([0.5], [pytest.approx(0.1 * math.log(64), rel=1e-9)])
+    labels = {t.get_text() for t in trajectory.texts}
+    assert {"TEMPLATE COLLAPSE", "diverse, grounded", "compressed, grounded", "low-entropy collapse"} <= labels
+    assert trajectory.get_xlabel().startswith("H(Z|X)") and trajectory.get_ylabel().startswith("I(X;Z)")
+    assert notes == []
+
+
+def test_regime_plane_for_sequence_family_draws_no_per_token_entropy_threshold():
+    metrics = build_metrics(
+        [
+            {"iteration": 1, "diag/trajectory/seq/mi_estimate": 2.0, "diag/trajectory/seq/conditional_entropy": 30.0},
+            {"iteration": 5, "diag/trajectory/seq/mi_estimate": 0.5, "diag/trajectory/seq/conditional_entropy": 31.0},
+        ]
+    )
+    figure, notes = plots_batch.regime_figure(metrics, "seq")
+    assert _constant_lines(figure.axes[0]) == ([], [])
+    assert notes == ["trajectory: no mi_upper_bound or columns logged, MI threshold not drawn"]
+
+
+def test_reward_matrix_outlines_exactly_the_kept_groups():
+    record = {
+        "iteration": 7,
+        "envs": ["frozenlake"] * 3,
+        "seeds": [11, 12, 13],
+        "returns": [[1.0, 0.0], [1.0, 1.0], [0.0, 1.0]],
+        "kept": [True, False, True],
+        "labels": ["mixed", "too_easy", "mixed"],
+    }
+    figure, notes = plots_batch.reward_matrix_figure([record])
+    ax = figure.axes[0]
+    outlines = [p for p in ax.patches if isinstance(p, Rectangle) and p.get_edgecolor()[:3] == (1.0, 0.0, 0.0)]
+    assert sorted(p.get_y() for p in outlines) == [-0.5, 1.5]  # rows 0 and 2
+    assert ax.get_title() == "iteration 7: kept 2/3 groups"
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["11 mixed", "12 too_easy", "13 mixed"]
+    assert notes == []
+
+
+def test_reward_matrix_skips_non_numeric_returns():
+    figure, notes = plots_batch.reward_matrix_figure([{"iteration": 3, "returns": [["a", "b"]]}])
+    assert figure is None
+    assert notes == ["groups.jsonl iteration 3: returns are not numbers, skipped"]
+
+
+def test_gradient_bars_are_means_over_decomposition_iterations():
+    lines = [
+        {"iteration": 10, "grad/b0/task/norm": 1.0, "grad/b0/kl/norm": 0.5, "grad/b1/task/norm": 2.0},
+        {"iteration": 20, "grad/b0/task/norm": 3.0, "grad/b0/kl/norm": 0.5, "grad/b1/task/norm": 4.0},
+    ]
+    figure, notes = plots_batch.gradient_figure(build_metrics(lines))
+    norm_ax = figure.axes[0]
+    heights = [bar.get_height() for bar in norm_ax.patches]
+    # task: b0 (1+3)/2 = 2, b1 (2+4)/2 = 3; kl: b0 0.5, b1 not logged (nan)
+    np.testing.assert_allclose(heights[:3], [2.0, 3.0, 0.5], rtol=1e-12)
+    assert math.isnan(heights[3])
+    assert notes == ["grad/<bucket>/entropy/norm not logged"]
+    assert "mean over 2 decomposition iteration(s): 10, 20" in figure.get_suptitle()
+
+
+def test_reasoning_figure_plots_validity_as_one_minus_invalid_frac():
+    metrics = build_metrics([{"iteration": i, "rollout/invalid_frac": 0.25} for i in (1, 2)])
+    figure, notes = plots.reasoning_figure(metrics)
+    validity = figure.axes[1]
+    np.testing.assert_allclose(validity.lines[0].get_ydata(), [0.75, 0.75], rtol=1e-12)  # 1 - 0.25
+    assert "rollout/reasoning_tokens_mean not logged" in notes
+
+
+def test_figures_render_to_png(make_run):
+    run = read_run(make_run(iterations=10))
+    figure, _ = plots.filter_figure(run.metrics)
+    assert plots.png_bytes(figure).startswith(b"\x89PNG\r\n\x1a\n")

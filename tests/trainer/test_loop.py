@@ -1,0 +1,153 @@
+"""The loop end to end on the tiny model: run directory, catalogue, filter equivalence, resume, early stops."""
+
+import json
+
+import pytest
+import torch
+
+from mirl.config import load_config
+from mirl.trainer import train
+from mirl.trainer.checkpoint import latest_checkpoint, list_checkpoints, save_checkpoint
+from mirl.trainer.metrics import unknown_keys
+
+VOLATILE = ("time", "time/", "perf/")  # wall-clock keys differ between any two runs
+
+
+def _config(tmp_path, name, *extra):
+    return load_config(
+        None,
+        [
+            "envs=[{name: pick_word}]",
+            "rollout.prompts_per_iteration=3",
+            "rollout.group_size=4",
+            "rollout.max_turns=1",
+            "rollout.max_new_tokens=12",
+            "algorithm.actor_lr=1e-3",
+            "diagnostics.every=2",
+            "diagnostics.num_pairs=6",
+            "validation.every=-1",
+            "logging.progress=false",
+            "logging.tensorboard=false",
+            f"trainer.output_dir={tmp_path}",
+            f"trainer.name={name}",
+            *extra,
+        ],
+    )
+
+
+def _metrics(run_dir):
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in line.items() if not k.startswith(VOLATILE)} for line in lines]
+
+
+def _fresh(policy):
+    from mirl.policy.tiny import tiny_policy
+
+    clone = tiny_policy()
+    clone.model.load_state_dict(policy.model.state_dict())
+    return clone.eval()
+
+
+def test_run_directory_and_catalogue(tmp_path, formatted_policy, pick_env):
+    config = _config(
+        tmp_path,
+        "run",
+        "trainer.iterations=2",
+        "validation.every=2",
+        "validation.num_instances=2",
+        "algorithm.preset=ppo",
+        "diagnostics.gradient_every=2",
+        "logging.save_rollouts=all",
+    )
+    result = train(config, policy=formatted_policy)
+    run = result.run_dir
+    assert {p.name for p in run.iterdir()} >= {
+        "config.yaml",
+        "metrics.jsonl",
+        "groups.jsonl",
+        "rollouts",
+        "summary.json",
+        "checkpoints",
+    }
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [line["iteration"] for line in lines] == [1, 2]
+    assert unknown_keys({k for line in lines for k in line}) == []
+    assert "val/success" in lines[1] and "grad/all/task/norm" in lines[1] and "train/value_loss" in lines[0]
+    groups = [json.loads(line) for line in (run / "groups.jsonl").read_text().splitlines()]
+    assert len(groups[0]["returns"]) == 3 and len(groups[0]["returns"][0]) == 4
+    assert sorted(p.name for p in (run / "rollouts").iterdir()) == ["iteration_000001.jsonl", "iteration_000002.jsonl"]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["iterations_done"] == 2
+    assert [p.name for p in list_checkpoints(run / "checkpoints")] == ["iteration_000002"]
+
+
+def test_keeping_every_group_equals_no_filter(tmp_path, formatted_policy, pick_env):
+    """top-p with p = 1 and zero-score groups included keeps every group: training is unchanged."""
+    runs = []
+    for name, rule in (("none", "filter.strategy=none"), ("all", "filter.value=1.0")):
+        policy = _fresh(formatted_policy)
+        train(_config(tmp_path, name, rule, "filter.include_zero=true", "trainer.iterations=2"), policy=policy)
+        runs.append((policy, _metrics(tmp_path / name)))
+    (p1, m1), (p2, m2) = runs
+    for a, b in zip(p1.model.parameters(), p2.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert [line["filter/kept_ratio"] for line in m2] == [1.0, 1.0]
+    strip = lambda lines: [{k: v for k, v in x.items() if not k.startswith("filter/")} for x in lines]  # noqa: E731
+    assert strip(m1) == strip(m2)
+
+
+def test_resume_equals_an_uninterrupted_run(tmp_path, formatted_policy, pick_env):
+    base = ("algorithm.preset=ppo", "trainer.deterministic=true", "trainer.checkpoint_every=1")
+    straight = _fresh(formatted_policy)
+    train(_config(tmp_path, "straight", "trainer.iterations=4", *base), policy=straight)
+
+    first = _fresh(formatted_policy)
+    train(_config(tmp_path, "resumed", "trainer.iterations=2", *base), policy=first)
+    second = _fresh(formatted_policy)  # a new process would load the initial weights, then the checkpoint
+    train(
+        _config(tmp_path, "resumed", "trainer.iterations=4", *base),
+        policy=second,
+        resume=True,
+        run_dir=tmp_path / "resumed",
+    )
+
+    assert _metrics(tmp_path / "straight") == _metrics(tmp_path / "resumed")
+    for a, b in zip(straight.model.parameters(), second.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_a_kill_during_a_checkpoint_write_leaves_the_previous_one(tmp_path, monkeypatch):
+    directory = tmp_path / "checkpoints"
+    save_checkpoint(directory, 1, {"x": torch.ones(3)}, keep=2)
+
+    def crash(obj, handle):
+        handle.write(b"partial bytes")
+        raise KeyboardInterrupt  # the process dies mid-write
+
+    monkeypatch.setattr(torch, "save", crash)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(directory, 2, {"x": torch.zeros(3)}, keep=2)
+    assert latest_checkpoint(directory).name == "iteration_000001"  # the torn write is invisible
+    assert torch.equal(torch.load(latest_checkpoint(directory) / "state.pt")["x"], torch.ones(3))
+    monkeypatch.undo()
+    save_checkpoint(directory, 3, {"x": torch.zeros(3)}, keep=2)  # the next save cleans the debris
+    assert not list(directory.glob(".tmp-*"))
+
+
+def test_empty_selections_stop_the_run(tmp_path, pick_env):
+    """A random tiny model never writes the format: every return is -0.1, no group has spread, nothing is kept."""
+    from mirl.policy.tiny import tiny_policy
+
+    config = _config(tmp_path, "empty", "trainer.iterations=10", "trainer.early_stop.max_empty_steps=2")
+    result = train(config, policy=tiny_policy())
+    assert result.iterations_done == 2
+    assert result.stop_reason.startswith("empty_selection")
+    summary = json.loads((result.run_dir / "summary.json").read_text())
+    assert summary["status"] == "stopped" and summary["stop_reason"] == result.stop_reason
+    assert all(line["filter/empty"] == 1.0 for line in _metrics(result.run_dir))
+
+
+def test_a_second_run_into_the_same_directory_is_refused(tmp_path, formatted_policy, pick_env):
+    train(_config(tmp_path, "once", "trainer.iterations=1"), policy=formatted_policy)
+    with pytest.raises(FileExistsError, match="--resume"):
+        train(_config(tmp_path, "once", "trainer.iterations=1"), policy=formatted_policy)
