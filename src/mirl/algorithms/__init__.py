@@ -9,6 +9,7 @@ from mirl.algorithms.aggregation import AGGREGATIONS, aggregate, aggregation_nor
 from mirl.algorithms.logits import entropy_from_logits, logprobs_from_logits
 from mirl.algorithms.losses import KL_ESTIMATORS, kl_penalty, policy_loss, value_loss
 from mirl.algorithms.masked import masked_mean, masked_sum, masked_var
+from mirl.algorithms.objective import loss_terms
 from mirl.algorithms.presets import (
     ADVANTAGE_ESTIMATORS,
     PRESETS,
@@ -32,6 +33,7 @@ __all__ = [
     "grpo_advantages",
     "kl_penalty",
     "logprobs_from_logits",
+    "loss_terms",
     "masked_mean",
     "masked_sum",
     "masked_var",

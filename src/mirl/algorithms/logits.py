@@ -134,8 +134,7 @@ def logprobs_from_logits(logits: Tensor, token_ids: Tensor, chunk: int = 1024) -
         )
     if token_ids.shape != logits.shape[:-1]:
         raise ValueError(
-            f"token_ids must have the logits' leading shape {tuple(logits.shape[:-1])}, "
-            f"got {tuple(token_ids.shape)}"
+            f"token_ids must have the logits' leading shape {tuple(logits.shape[:-1])}, got {tuple(token_ids.shape)}"
         )
     ids = token_ids.reshape(-1).long()  # (N,)
     if ids.numel() and (ids.min() < 0 or ids.max() >= flat.shape[-1]):

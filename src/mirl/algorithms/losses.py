@@ -59,17 +59,13 @@ def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: str = "k1") -> Tensor:
     """
     estimator = lookup(KL_ESTIMATORS, kind, "KL estimator")
     if logp.shape != ref_logp.shape:
-        raise ValueError(
-            f"logp and ref_logp must have one shape, got {tuple(logp.shape)} and {tuple(ref_logp.shape)}"
-        )
+        raise ValueError(f"logp and ref_logp must have one shape, got {tuple(logp.shape)} and {tuple(ref_logp.shape)}")
     return estimator(logp - ref_logp)
 
 
 def _check_clip(eps_low: float, eps_high: float, dual_clip: float | None) -> None:
     if not (0.0 <= eps_low < 1.0 and eps_high >= 0.0):
-        raise ValueError(
-            f"need 0 <= eps_low < 1 and eps_high >= 0, got eps_low={eps_low}, eps_high={eps_high}"
-        )
+        raise ValueError(f"need 0 <= eps_low < 1 and eps_high >= 0, got eps_low={eps_low}, eps_high={eps_high}")
     if dual_clip is not None and not dual_clip > 1.0:
         raise ValueError(f"dual_clip must be > 1 (it bounds -A * ratio for A < 0) or None, got {dual_clip}")
 
@@ -116,9 +112,7 @@ def policy_loss(
     check_mask(mask, logp=logp, old_logp=old_logp, advantages=advantages)
     _check_clip(eps_low, eps_high, dual_clip)
     advantages = fill_masked(advantages, mask)
-    log_ratio = (fill_masked(logp, mask) - fill_masked(old_logp, mask)).clamp(
-        -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP
-    )
+    log_ratio = (fill_masked(logp, mask) - fill_masked(old_logp, mask)).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = log_ratio.exp()  # (B, T)
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(1.0 - eps_low, 1.0 + eps_high)

@@ -83,9 +83,7 @@ def masked_mean(x: Tensor, mask: Tensor, dim: Dim = None, keepdim: bool = False)
     return total / count
 
 
-def masked_var(
-    x: Tensor, mask: Tensor, dim: Dim = None, keepdim: bool = False, unbiased: bool = True
-) -> Tensor:
+def masked_var(x: Tensor, mask: Tensor, dim: Dim = None, keepdim: bool = False, unbiased: bool = True) -> Tensor:
     """Variance of ``x`` over the positions where ``mask`` is True.
 
     sum_i [mask_i] (x_i - mean)^2 / (n - 1) with n = sum_i [mask_i] (``unbiased=False``: / n); 0 when

@@ -92,9 +92,7 @@ def _gae_estimator(
     token_rewards: Tensor | None,
 ) -> tuple[Tensor, Tensor]:
     if values is None:
-        raise ValueError(
-            f"preset {preset.name!r} estimates advantages with GAE and needs the critic's values (B, T)"
-        )
+        raise ValueError(f"preset {preset.name!r} estimates advantages with GAE and needs the critic's values (B, T)")
     if token_rewards is None:
         token_rewards = returns_on_last_token(group_returns.reshape(-1), mask)  # (B, T)
     advantages, returns = gae_advantages(token_rewards, values, mask, gamma=preset.gamma, lam=preset.lam)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mirl.algorithms import AlgorithmPreset, aggregate, aggregation_normaliser, kl_penalty, policy_loss
+from mirl.algorithms import AlgorithmPreset, aggregation_normaliser, loss_terms
 from mirl.types import RolloutBatch
 
 BUCKETINGS: tuple[str, ...] = ("quantile", "fixed")
@@ -148,25 +148,19 @@ def _component_norm(policy, params, bucket: _Bucket, preset, component: str, mic
             batch.input_ids[rows, :length], batch.attention_mask[rows, :length], with_entropy=component == "entropy"
         )
         mask = batch.response_mask[rows, :length].to(logp.device)
-        if component == "task":
-            old = batch.old_logprobs[rows, :length].to(logp.device)
-            adv = bucket.advantages[rows, :length].to(logp.device)
-            loss, _ = policy_loss(
-                logp,
-                old,
-                adv,
-                mask,
-                eps_low=preset.eps_low,
-                eps_high=preset.eps_high,
-                dual_clip=preset.dual_clip,
-                agg=preset.agg,
-                normaliser=normaliser,
-            )
-        elif component == "entropy":
-            loss = -preset.entropy_coef * aggregate(entropy, mask, preset.agg, normaliser)
-        else:
-            ref = bucket.ref_logprobs[rows, :length].to(logp.device)
-            loss = preset.kl_coef * aggregate(kl_penalty(logp, ref, preset.kl_kind), mask, preset.agg, normaliser)
+        device = logp.device
+        ref = bucket.ref_logprobs[rows, :length].to(device) if component == "kl" else None
+        terms, _ = loss_terms(
+            preset,
+            logp,
+            batch.old_logprobs[rows, :length].to(device),
+            bucket.advantages[rows, :length].to(device),
+            mask,
+            normaliser=normaliser,
+            entropy=entropy,
+            ref_logp=ref,
+        )
+        loss = terms[component]
         loss.backward()
     total = sum(float(p.grad.double().square().sum()) for p in params if p.grad is not None)
     return math.sqrt(total)

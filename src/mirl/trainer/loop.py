@@ -124,7 +124,7 @@ def run_iteration(policy, learner, preset, config: Config, state: TrainState, ru
         spread=selection.metrics["spread_mean_before"],
     )
     metrics["filter/empty_streak"] = float(state.early_stop.empty_streak)
-    kept, batch = stages.kept_batch(episodes, rows)
+    kept, batch = stages.kept_batch(episodes, rows, policy.pad_token_id)
     if batch is not None:
         metrics["filter/kept_trajectories"] = float(batch.num_rows)
         with timer("update"):

@@ -23,6 +23,12 @@ def resolve_preset(config: AlgorithmConfig) -> AlgorithmPreset:
 def load_policy(config: Config):
     from mirl.policy import HFPolicy
 
+    if config.model.backend != "hf":
+        raise NotImplementedError(
+            f"model.backend={config.model.backend!r} is not wired into the trainer yet (mirl.policy.vllm.VLLMPolicy "
+            "can sample for your own loops); use model.backend=hf"
+        )
+
     return HFPolicy.load(
         config.model.name,
         device=config.model.device,

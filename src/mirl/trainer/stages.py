@@ -170,6 +170,7 @@ def rollout_metrics(episodes: list[Episode]) -> dict[str, float]:
     return metrics
 
 
-def kept_batch(episodes: list[Episode], rows: torch.Tensor) -> tuple[list[Episode], RolloutBatch | None]:
+def kept_batch(episodes: list[Episode], rows: torch.Tensor, pad_id: int) -> tuple[list[Episode], RolloutBatch | None]:
+    """The episodes picked by the (P, K) mask and their collated batch (None when nothing is kept)."""
     kept = [e for e in episodes if rows[e.group, e.sample]]
-    return kept, (collate(kept) if kept else None)
+    return kept, (collate(kept, pad_id=pad_id) if kept else None)

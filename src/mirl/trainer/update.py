@@ -17,11 +17,8 @@ from torch import nn
 
 from mirl.algorithms import (
     AlgorithmPreset,
-    aggregate,
     aggregation_normaliser,
-    kl_penalty,
-    masked_mean,
-    policy_loss,
+    loss_terms,
     value_loss,
 )
 from mirl.config import AlgorithmConfig
@@ -78,27 +75,19 @@ def _policy_terms(learner, inputs: UpdateInputs, rows, preset: AlgorithmPreset, 
     ids, attn, mask = ids.to(device), attn.to(device), mask.to(device)
     logp, entropy = learner.policy.token_logprobs(ids, attn, with_entropy=preset.entropy_coef > 0)
     cut = lambda x: x[rows][:, :length].to(device)  # noqa: E731
-    loss, stats = policy_loss(
+    ref = cut(inputs.ref_logprobs) if inputs.ref_logprobs is not None else None
+    terms, stats = loss_terms(
+        preset,
         logp,
         cut(inputs.old_logprobs),
         cut(inputs.advantages),
         mask,
-        eps_low=preset.eps_low,
-        eps_high=preset.eps_high,
-        dual_clip=preset.dual_clip,
-        agg=preset.agg,
         normaliser=normaliser,
+        entropy=entropy,
+        ref_logp=ref,
     )
-    total = loss
-    stats = {name: float(value) for name, value in stats.items()} | {"policy_loss": float(loss.detach())}
-    if entropy is not None:
-        entropy_term = aggregate(entropy, mask, preset.agg, normaliser)
-        total = total - preset.entropy_coef * entropy_term
-        stats["entropy_sum"] = float(masked_mean(entropy.detach(), mask)) * int(mask.sum())
-    if inputs.ref_logprobs is not None and preset.kl_coef > 0:
-        kl = kl_penalty(logp, cut(inputs.ref_logprobs), preset.kl_kind)
-        total = total + preset.kl_coef * aggregate(kl, mask, preset.agg, normaliser)
-        stats["kl_sum"] = float(masked_mean(kl.detach(), mask)) * int(mask.sum())
+    total = sum(terms.values())
+    stats = {name: float(value) for name, value in stats.items()} | {"policy_loss": float(terms["task"].detach())}
     return total * inputs.loss_scale, stats, int(mask.sum())
 
 
@@ -151,9 +140,6 @@ class _Tally:
                 self.step_losses[name] = self.step_losses.get(name, 0.0) + value
             elif name == "ratio_max":
                 self.ratio_max = max(self.ratio_max, value)
-            elif name.endswith("_sum"):
-                key = name.removesuffix("_sum")
-                self.weighted[key] = self.weighted.get(key, 0.0) + value
             else:
                 self.weighted[name] = self.weighted.get(name, 0.0) + value * tokens
 
