@@ -23,11 +23,12 @@ from mirl.report.rundir import RunData, read_run
 
 def headline(scope: str = "trajectory", family: str = "est") -> tuple[tuple[str, str, str, str], ...]:
     """(metric key, panel title, y label, y range) of every compared curve."""
+    unit = "nats/token" if family.endswith("est") else "nats/sequence"
     return (
         ("rollout/success", "training success", "success rate", "unit"),
         ("rollout/return_mean", "training return", "mean episode return", "auto"),
         ("val/success", "validation success", "success rate", "unit"),
-        (f"diag/{scope}/{family}/mi_estimate", f"MI-Est ({scope}, {family})", "nats", "zero"),
+        (f"diag/{scope}/{family}/mi_estimate", f"MI-Est ({scope}, {family})", unit, "zero"),
         (f"diag/{scope}/{family}/retrieval_acc", f"Retrieval-Acc ({scope}, {family})", "fraction", "unit"),
         ("train/entropy", "token entropy", "nats/token", "zero"),
         ("filter/kept_ratio", "kept ratio", "fraction", "unit"),

@@ -17,6 +17,7 @@ import re
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from mirl.report.rundir import Metrics, Series
 
@@ -72,16 +73,27 @@ def finish(ax: Axes, title: str, ylabel: str, legend: bool = True, y_range: str 
     """Title, labels, grid and legend; ``y_range`` "zero" keeps 0 in view, "unit" shows [0, 1]."""
     if ax.lines and y_range == "zero":
         low, high = ax.get_ylim()
-        ax.set_ylim(min(low, 0.0), high)
+        low = min(low, 0.0)
+        ax.set_ylim(low, high + 0.05 * (high - low))
     elif ax.lines and y_range == "unit":
         low, high = ax.get_ylim()
         ax.set_ylim(min(low, -0.03), max(high, 1.03))
     ax.set_title(title, fontsize=10)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("iteration")
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     if legend and ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8, loc="best")
+
+
+def align_x(axes: np.ndarray, metrics: Metrics) -> None:
+    """One iteration range on every panel that has data, so sparse diagnostics line up with dense curves."""
+    first, last = int(metrics.iterations[0]), int(metrics.iterations[-1])
+    pad = max(0.5, 0.02 * (last - first))
+    for ax in axes.flat:
+        if ax.lines:
+            ax.set_xlim(first - pad, last + pad)
 
 
 def env_keys(metrics: Metrics, prefix: str) -> dict[str, str]:
@@ -120,6 +132,7 @@ def training_figure(metrics: Metrics) -> tuple[Figure | None, list[str]]:
     notes: list[str] = []
     for ax, (overall, per_env, what) in zip(axes.flat, panels, strict=True):
         notes += _env_panel(ax, metrics, overall, per_env, what)
+    align_x(axes, metrics)
     return figure, notes
 
 
@@ -183,6 +196,7 @@ def diagnostics_figure(metrics: Metrics, family: str = "est") -> tuple[Figure | 
         if not _scope_panel(ax, metrics, names, family, stat):
             empty_panel(ax, f"no {stat} logged")
         finish(ax, title, unit, y_range="zero")
+    align_x(axes, metrics)
     return figure, notes
 
 
@@ -234,6 +248,7 @@ def filter_figure(metrics: Metrics) -> tuple[Figure | None, list[str]]:
     if ratio is not None:
         axes[1, 0].axhline(1.0, color="0.5", linestyle="--", linewidth=0.8, label="1.0 (filter helps above)")
         axes[1, 0].legend(fontsize=8)
+    align_x(axes, metrics)
     return figure, notes
 
 
@@ -261,4 +276,5 @@ def reasoning_figure(metrics: Metrics) -> tuple[Figure | None, list[str]]:
     if not axes[0, 1].lines:
         empty_panel(axes[0, 1], "no validity metrics logged")
     finish(axes[0, 1], "format validity", "fraction of turns", y_range="unit")
+    align_x(axes, metrics)
     return figure, notes

@@ -117,7 +117,8 @@ def _matrix_panel(ax, record: dict, returns: np.ndarray, limits: tuple[float, fl
     kept = [bool(k) for k in (record.get("kept") or [])][:rows]
     for p, keep in enumerate(kept):
         if keep:
-            ax.add_patch(Rectangle((-0.5, p - 0.5), cols, 1, fill=False, edgecolor="red", linewidth=1.6))
+            width = 1.6 if rows <= 32 else 0.8
+            ax.add_patch(Rectangle((-0.5, p - 0.5), cols, 1, fill=False, edgecolor="red", linewidth=width))
     step = max(1, rows // 32)
     ticks = list(range(0, rows, step))
     labels = _row_labels(record, rows)
