@@ -129,7 +129,7 @@ def _config_rows(run: RunData) -> list[tuple[str, str]]:
         ("turns", f"max {fmt(c('rollout.max_turns'))}, max new tokens {fmt(c('rollout.max_new_tokens'))}"),
         ("iterations", fmt(c("trainer.iterations"))),
         ("diagnostics", diag),
-        ("validation", f"every {fmt(c('validation.every'))} iterations"),
+        ("validation", _validation_schedule(c("validation.every"))),
         ("seed", fmt(c("trainer.seed"))),
     ]
 
@@ -157,3 +157,12 @@ def overview_section(run: RunData) -> Section:
     body += [f"<h3>Final metrics ({esc(source)})</h3>"]
     body += [table(("metric", "value"), final, (False, True)) if final else "<p>(none logged yet)</p>"]
     return Section("sec-overview", "Overview", missing=run.notes, body="\n".join(body))
+
+
+def _validation_schedule(every) -> str:
+    """``validation.every`` in words: -1 never, 0 only after the last iteration, n every n and at the end."""
+    if every is None:
+        return "unknown"
+    if every < 0:
+        return "never"
+    return "at the end only" if every == 0 else f"every {every} iterations and at the end"
