@@ -23,6 +23,7 @@ from mirl.trainer.run import (
     peak_memory_gb,
     prepare,
     restore,
+    run_directory,
     save,
     save_rollouts,
 )
@@ -50,8 +51,6 @@ def train(
     config: Config, *, policy=None, run_dir: str | Path | None = None, resume: bool = False, console=None
 ) -> RunResult:
     """Train ``config.trainer.iterations`` iterations (or continue a run with ``resume=True``)."""
-    from mirl.trainer.run import run_directory
-
     run_dir = Path(run_dir) if run_dir is not None else run_directory(config)
     prepare(run_dir, config, resume)
     policy = policy if policy is not None else load_policy(config)

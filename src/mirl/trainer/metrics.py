@@ -129,7 +129,7 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("time/scoring", "wall time of the MI diagnostics (cross-scoring)", "s"),
     Metric("time/gradients", "wall time of the gradient decomposition", "s"),
     Metric("time/filter", "wall time of group selection", "s"),
-    Metric("time/update", "wall time of advantages and optimiser steps", "s"),
+    Metric("time/update", "wall time of advantages and optimiser steps (includes time/gradients)", "s"),
     Metric("time/validation", "wall time of validation", "s"),
     Metric("time/checkpoint", "wall time of checkpoint writing", "s"),
     Metric("time/iteration", "wall time of the whole iteration", "s"),
