@@ -13,7 +13,7 @@ import functools
 import pytest
 import torch
 
-from mirl.config import RolloutConfig
+from mirl.config import RolloutConfig, load_config
 from mirl.envs import TextEnv, register, registry
 from mirl.policy.scripted import ScriptedPolicy
 from mirl.policy.tiny import tiny_policy, tiny_tokenizer
@@ -94,3 +94,26 @@ def formatted_policy():
 @pytest.fixture
 def pick_env() -> str:
     return ensure_pick_env()
+
+
+PICK_WORD_RUN = (
+    "envs=[{name: pick_word}]",
+    "rollout.prompts_per_iteration=3",
+    "rollout.group_size=4",
+    "rollout.max_turns=1",
+    "rollout.max_new_tokens=12",
+    "algorithm.actor_lr=1e-3",
+    "validation.every=-1",
+    "logging.progress=false",
+    "logging.tensorboard=false",
+)
+
+
+@pytest.fixture
+def run_config(tmp_path):
+    """``run_config(name, *overrides)``: a small pick_word training config writing to ``tmp_path / name``."""
+
+    def make(name: str, *extra: str):
+        return load_config(None, [*PICK_WORD_RUN, f"trainer.output_dir={tmp_path}", f"trainer.name={name}", *extra])
+
+    return make

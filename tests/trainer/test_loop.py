@@ -5,7 +5,6 @@ import json
 import pytest
 import torch
 
-from mirl.config import load_config
 from mirl.trainer import train
 from mirl.trainer.checkpoint import latest_checkpoint, list_checkpoints, save_checkpoint
 from mirl.trainer.metrics import unknown_keys
@@ -13,26 +12,9 @@ from mirl.trainer.metrics import unknown_keys
 VOLATILE = ("time", "time/", "perf/")  # wall-clock keys differ between any two runs
 
 
-def _config(tmp_path, name, *extra):
-    return load_config(
-        None,
-        [
-            "envs=[{name: pick_word}]",
-            "rollout.prompts_per_iteration=3",
-            "rollout.group_size=4",
-            "rollout.max_turns=1",
-            "rollout.max_new_tokens=12",
-            "algorithm.actor_lr=1e-3",
-            "diagnostics.every=2",
-            "diagnostics.num_pairs=6",
-            "validation.every=-1",
-            "logging.progress=false",
-            "logging.tensorboard=false",
-            f"trainer.output_dir={tmp_path}",
-            f"trainer.name={name}",
-            *extra,
-        ],
-    )
+@pytest.fixture
+def make_config(run_config):
+    return lambda name, *extra: run_config(name, "diagnostics.every=2", "diagnostics.num_pairs=6", *extra)
 
 
 def _metrics(run_dir):
@@ -48,9 +30,8 @@ def _fresh(policy):
     return clone.eval()
 
 
-def test_run_directory_and_catalogue(tmp_path, formatted_policy, pick_env):
-    config = _config(
-        tmp_path,
+def test_run_directory_and_catalogue(tmp_path, formatted_policy, pick_env, make_config):
+    config = make_config(
         "run",
         "trainer.iterations=2",
         "validation.every=2",
@@ -81,12 +62,12 @@ def test_run_directory_and_catalogue(tmp_path, formatted_policy, pick_env):
     assert [p.name for p in list_checkpoints(run / "checkpoints")] == ["iteration_000002"]
 
 
-def test_keeping_every_group_equals_no_filter(tmp_path, formatted_policy, pick_env):
+def test_keeping_every_group_equals_no_filter(tmp_path, formatted_policy, pick_env, make_config):
     """top-p with p = 1 and zero-score groups included keeps every group: training is unchanged."""
     runs = []
     for name, rule in (("none", "filter.strategy=none"), ("all", "filter.value=1.0")):
         policy = _fresh(formatted_policy)
-        train(_config(tmp_path, name, rule, "filter.include_zero=true", "trainer.iterations=2"), policy=policy)
+        train(make_config(name, rule, "filter.include_zero=true", "trainer.iterations=2"), policy=policy)
         runs.append((policy, _metrics(tmp_path / name)))
     (p1, m1), (p2, m2) = runs
     for a, b in zip(p1.model.parameters(), p2.model.parameters(), strict=True):
@@ -96,16 +77,16 @@ def test_keeping_every_group_equals_no_filter(tmp_path, formatted_policy, pick_e
     assert strip(m1) == strip(m2)
 
 
-def test_resume_equals_an_uninterrupted_run(tmp_path, formatted_policy, pick_env):
+def test_resume_equals_an_uninterrupted_run(tmp_path, formatted_policy, pick_env, make_config):
     base = ("algorithm.preset=ppo", "trainer.deterministic=true", "trainer.checkpoint_every=1")
     straight = _fresh(formatted_policy)
-    train(_config(tmp_path, "straight", "trainer.iterations=4", *base), policy=straight)
+    train(make_config("straight", "trainer.iterations=4", *base), policy=straight)
 
     first = _fresh(formatted_policy)
-    train(_config(tmp_path, "resumed", "trainer.iterations=2", *base), policy=first)
+    train(make_config("resumed", "trainer.iterations=2", *base), policy=first)
     second = _fresh(formatted_policy)  # a new process would load the initial weights, then the checkpoint
     train(
-        _config(tmp_path, "resumed", "trainer.iterations=4", *base),
+        make_config("resumed", "trainer.iterations=4", *base),
         policy=second,
         resume=True,
         run_dir=tmp_path / "resumed",
@@ -134,11 +115,11 @@ def test_a_kill_during_a_checkpoint_write_leaves_the_previous_one(tmp_path, monk
     assert not list(directory.glob(".tmp-*"))
 
 
-def test_empty_selections_stop_the_run(tmp_path, pick_env):
+def test_empty_selections_stop_the_run(tmp_path, pick_env, make_config):
     """A random tiny model never writes the format: every return is -0.1, no group has spread, nothing is kept."""
     from mirl.policy.tiny import tiny_policy
 
-    config = _config(tmp_path, "empty", "trainer.iterations=10", "trainer.early_stop.max_empty_steps=2")
+    config = make_config("empty", "trainer.iterations=10", "trainer.early_stop.max_empty_steps=2")
     result = train(config, policy=tiny_policy())
     assert result.iterations_done == 2
     assert result.stop_reason.startswith("empty_selection")
@@ -147,7 +128,7 @@ def test_empty_selections_stop_the_run(tmp_path, pick_env):
     assert all(line["filter/empty"] == 1.0 for line in _metrics(result.run_dir))
 
 
-def test_a_second_run_into_the_same_directory_is_refused(tmp_path, formatted_policy, pick_env):
-    train(_config(tmp_path, "once", "trainer.iterations=1"), policy=formatted_policy)
+def test_a_second_run_into_the_same_directory_is_refused(tmp_path, formatted_policy, pick_env, make_config):
+    train(make_config("once", "trainer.iterations=1"), policy=formatted_policy)
     with pytest.raises(FileExistsError, match="--resume"):
-        train(_config(tmp_path, "once", "trainer.iterations=1"), policy=formatted_policy)
+        train(make_config("once", "trainer.iterations=1"), policy=formatted_policy)

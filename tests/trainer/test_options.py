@@ -10,43 +10,26 @@ from mirl.trainer import stages, train
 from mirl.trainer.specs import allocate, train_seed, train_specs, validation_seed
 
 
-def _config(tmp_path, name, *extra):
-    return load_config(
-        None,
-        [
-            "envs=[{name: pick_word}]",
-            "rollout.prompts_per_iteration=3",
-            "rollout.group_size=4",
-            "rollout.max_turns=1",
-            "rollout.max_new_tokens=12",
-            "algorithm.actor_lr=1e-3",
-            "diagnostics.enabled=false",
-            "validation.every=-1",
-            "logging.progress=false",
-            "logging.tensorboard=false",
-            f"trainer.output_dir={tmp_path}",
-            f"trainer.name={name}",
-            "trainer.iterations=1",
-            *extra,
-        ],
-    )
+@pytest.fixture
+def make_config(run_config):
+    return lambda name, *extra: run_config(name, "diagnostics.enabled=false", "trainer.iterations=1", *extra)
 
 
 def _last(run_dir) -> dict:
     return json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])
 
 
-def test_kl_to_the_reference_is_logged_and_starts_at_zero(tmp_path, formatted_policy, pick_env):
-    result = train(_config(tmp_path, "kl", "algorithm.kl_coef=0.1", "algorithm.preset=grpo"), policy=formatted_policy)
+def test_kl_to_the_reference_is_logged_and_starts_at_zero(tmp_path, formatted_policy, pick_env, make_config):
+    result = train(make_config("kl", "algorithm.kl_coef=0.1", "algorithm.preset=grpo"), policy=formatted_policy)
     metrics = _last(result.run_dir)
     # the reference is the initial policy, so on the first (on-policy) step KL(pi || pi_ref) is 0 up to fp error
     assert abs(metrics["train/kl"]) < 1e-5
 
 
-def test_lora_trains_adapters_only(tmp_path, formatted_policy, pick_env):
+def test_lora_trains_adapters_only(tmp_path, formatted_policy, pick_env, make_config):
     pytest.importorskip("peft")
     base = {k: v.clone() for k, v in formatted_policy.model.state_dict().items()}
-    train(_config(tmp_path, "lora", "model.lora_rank=4", "algorithm.preset=ppo"), policy=formatted_policy)
+    train(make_config("lora", "model.lora_rank=4", "algorithm.preset=ppo"), policy=formatted_policy)
     model = formatted_policy.model
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
@@ -61,8 +44,8 @@ def test_lora_trains_adapters_only(tmp_path, formatted_policy, pick_env):
     assert any(not torch.equal(p, torch.zeros_like(p)) for n, p in model.named_parameters() if "lora_B" in n)
 
 
-def test_dynamic_sampling_refills_zero_spread_groups(formatted_policy, pick_env, tmp_path):
-    config = _config(tmp_path, "dyn", "algorithm.dynamic_sampling=true", "algorithm.dynamic_sampling_max_rounds=3")
+def test_dynamic_sampling_refills_zero_spread_groups(formatted_policy, pick_env, tmp_path, make_config):
+    config = make_config("dyn", "algorithm.dynamic_sampling=true", "algorithm.dynamic_sampling_max_rounds=3")
     episodes, rounds = stages.collect(formatted_policy, config, 1, sampling_seed=5)
     returns = stages.group_returns(episodes, 3, 4)
     assert sorted((e.group, e.sample) for e in episodes) == [(p, k) for p in range(3) for k in range(4)]
@@ -88,8 +71,8 @@ def test_envs_mix_by_weight_with_disjoint_seeds():
     assert all(validation_seed(j) % 2 == 1 for j in range(100))  # validation seeds are odd: never trained on
 
 
-def test_trajectory_level_control_keeps_j_per_group(tmp_path, formatted_policy, pick_env):
-    config = _config(tmp_path, "traj", "filter.strategy=none", "filter.trajectories_per_group=2")
+def test_trajectory_level_control_keeps_j_per_group(tmp_path, formatted_policy, pick_env, make_config):
+    config = make_config("traj", "filter.strategy=none", "filter.trajectories_per_group=2")
     returns = torch.tensor([[1.0, 0.0, 0.5, 0.2], [0.0, 0.0, 0.0, 0.0], [3.0, 1.0, 2.0, 0.0]])
     _, rows = stages.select(returns, config)
     assert rows.sum(dim=1).tolist() == [2, 2, 2]  # top-1 and bottom-1 of each group
