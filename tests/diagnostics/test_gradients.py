@@ -53,13 +53,32 @@ def test_doctests():
 
 
 def test_quantile_buckets_are_equal_sized_with_the_remainder_last():
-    spreads = torch.tensor([5.0, 4.0, 3.0, 2.0, 1.0, 0.0, 0.0, 9.0, 0.5, 0.5, 0.5, 0.5, 7.0, 8.0])  # B = 14
-    buckets = spread_buckets(spreads)
-    # 14 // 6 = 2 rows per bucket, the last takes 2 + 14 % 6 = 4; ascending, ties in row order
-    assert [b.tolist() for b in buckets.values()] == [[5, 6], [8, 9], [10, 11], [4, 3], [2, 1], [0, 12, 13, 7]]
-    assert list(spread_buckets(torch.tensor([1.0, 0.0]))) == ["b5"]  # B < 6: only the last bucket is non-empty
+    spreads = torch.tensor([5.0, 4.0, 3.0, 2.0, 1.0, 0.0, 0.0, 9.0, 0.5, 0.5, 0.5, 0.5, 7.0, 8.0])  # 14 groups of 1
+    buckets = spread_buckets(spreads, torch.arange(14))
+    # 14 // 6 = 2 groups per bucket, the last takes 2 + 14 % 6 = 4; ascending, ties in order of appearance
+    assert [b.tolist() for b in buckets.values()] == [[5, 6], [8, 9], [10, 11], [3, 4], [1, 2], [0, 7, 12, 13]]
     with pytest.raises(ValueError, match="buckets must be one of quantile, fixed"):
-        spread_buckets(spreads, "equal")
+        spread_buckets(spreads, torch.arange(14), "equal")
+    with pytest.raises(ValueError, match="group_ids must have the shape"):
+        spread_buckets(spreads, torch.arange(3))
+
+
+def test_quantile_buckets_never_split_a_group():
+    # P = 4 groups of K = 8 rows: cutting rows into 6 buckets of 32 // 6 = 5 would straddle groups; cutting the
+    # 4 groups into min(6, 4) = 4 buckets keeps each group whole, lowest spread first
+    group_ids = torch.arange(4).repeat_interleave(8)  # (32,)
+    spreads = torch.tensor([0.3, 0.1, 0.4, 0.2])[group_ids]  # (32,)
+    buckets = spread_buckets(spreads, group_ids)
+    assert [sorted(set(group_ids[rows].tolist())) for rows in buckets.values()] == [[1], [3], [0], [2]]
+    assert all(rows.numel() == 8 for rows in buckets.values())
+    # three rows of one group: one bucket holds all of them
+    assert {k: v.tolist() for k, v in spread_buckets(torch.zeros(3), torch.zeros(3, dtype=torch.long)).items()} == {
+        "b0": [0, 1, 2]
+    }
+    # rows of a group need not be contiguous: 7 groups, 2 rows each, interleaved
+    group_ids = torch.arange(7).repeat(2)  # (14,) 0..6, 0..6
+    buckets = spread_buckets(group_ids.double(), group_ids)  # spread = group id
+    assert [rows.tolist() for rows in buckets.values()] == [[0, 7], [1, 8], [2, 9], [3, 10], [4, 11], [5, 6, 12, 13]]
 
 
 def test_zero_spread_bucket_has_no_task_gradient_but_an_entropy_gradient(policy, setup):
@@ -99,7 +118,7 @@ def test_all_bucket_task_norm_equals_one_full_backward_and_ignores_micro_batchin
     batch, advantages, spreads = setup
     out1 = gradient_decomposition(policy, batch, advantages, spreads, preset(), micro_batch_size=1)
     out4 = gradient_decomposition(policy, batch, advantages, spreads, preset(), micro_batch_size=4)
-    for key in ("grad/all/task/norm", "grad/all/entropy/norm", "grad/b5/task/norm"):
+    for key in ("grad/all/task/norm", "grad/all/entropy/norm", "grad/b2/task/norm"):  # 3 groups: b0..b2
         assert out1[key] == pytest.approx(out4[key], rel=1e-5)
     logp, _ = policy.token_logprobs(batch.input_ids, batch.attention_mask)
     loss, _ = policy_loss(logp, batch.old_logprobs, advantages, batch.response_mask, agg="seq-mean-token-mean")

@@ -1,9 +1,11 @@
 """Gradient decomposition per reward-spread bucket: the SNR mechanism of REFERENCE.md section 5 (paper Fig. 3).
 
-The kept batch's rows are split by their group's reward spread, plus an ``all`` bucket of every row:
+The kept batch's rows are split by their group's reward spread, plus an ``all`` bucket of every row. A prompt
+group is never split: buckets are cut over groups, and each bucket holds all rows of its groups.
 
-- ``"quantile"``: rows sorted by spread, ascending (stable: ties keep row order), cut into 6 equal-size
-  buckets ``b0`` (lowest spread) .. ``b5`` of ``B // 6`` rows each, the remainder going into ``b5``;
+- ``"quantile"``: the G distinct groups sorted by spread, ascending (stable: ties keep the order in which the
+  groups first appear in the batch), cut into ``n = min(6, G)`` equal-size buckets ``b0`` (lowest spread) ..
+  ``b{n-1}`` of ``G // n`` groups each, the remainder going into the last (as the paper's analysis does);
 - ``"fixed"``: ``b0`` = [0, 1), ``b1`` = [1, 2), ..., ``b4`` = [4, 5), ``b5`` = [5, inf).
 
 Empty buckets are left out. For each bucket and each loss component
@@ -43,28 +45,54 @@ NUM_BUCKETS = 6
 COMPONENTS: tuple[str, ...] = ("task", "entropy", "kl")
 
 
-def spread_buckets(spreads: torch.Tensor, mode: str = "quantile") -> dict[str, torch.Tensor]:
+def spread_buckets(spreads: torch.Tensor, group_ids: torch.Tensor, mode: str = "quantile") -> dict[str, torch.Tensor]:
     """Row indices of the non-empty buckets ``b0`` .. ``b5`` (module docstring), lowest spread first.
 
+    Rows of one group share its spread and always land in the same bucket. Seven groups of one row each:
+
     >>> spreads = torch.tensor([0.0, 3.0, 0.5, 1.0, 2.0, 7.0, 0.0])
-    >>> {name: rows.tolist() for name, rows in spread_buckets(spreads).items()}  # 7 // 6 = 1 row, b5 gets 2
+    >>> {name: rows.tolist() for name, rows in spread_buckets(spreads, torch.arange(7)).items()}  # 7 // 6 = 1
     {'b0': [0], 'b1': [6], 'b2': [2], 'b3': [3], 'b4': [4], 'b5': [1, 5]}
-    >>> {name: rows.tolist() for name, rows in spread_buckets(spreads, "fixed").items()}
+    >>> {name: rows.tolist() for name, rows in spread_buckets(spreads, torch.arange(7), "fixed").items()}
     {'b0': [0, 2, 6], 'b1': [3], 'b2': [4], 'b3': [1], 'b5': [5]}
+
+    Three groups of two rows: min(6, 3) = 3 buckets of one group each.
+
+    >>> groups = torch.tensor([4, 4, 9, 9, 2, 2])
+    >>> {name: rows.tolist() for name, rows in spread_buckets(torch.tensor([1.0, 1, 0, 0, 2, 2]), groups).items()}
+    {'b0': [2, 3], 'b1': [0, 1], 'b2': [4, 5]}
     """
     if spreads.dim() != 1 or not spreads.is_floating_point():
         raise ValueError(f"spreads must be a 1-D float tensor (B,), got {spreads.dtype} {tuple(spreads.shape)}")
+    if tuple(group_ids.shape) != tuple(spreads.shape):
+        raise ValueError(
+            f"group_ids must have the shape of spreads {tuple(spreads.shape)}, got {tuple(group_ids.shape)}"
+        )
     if mode == "quantile":
-        order = torch.sort(spreads, stable=True).indices  # (B,)
-        size = spreads.numel() // NUM_BUCKETS
-        cuts = [k * size for k in range(NUM_BUCKETS)] + [spreads.numel()]
-        buckets = {f"b{k}": order[cuts[k] : cuts[k + 1]] for k in range(NUM_BUCKETS)}
+        buckets = _quantile_buckets(spreads, group_ids)
     elif mode == "fixed":
         bins = spreads.floor().clamp(0, NUM_BUCKETS - 1).long()  # (B,) [k, k+1) -> k, [5, inf) -> 5
         buckets = {f"b{k}": (bins == k).nonzero().squeeze(1) for k in range(NUM_BUCKETS)}
     else:
         raise ValueError(f"buckets must be one of {', '.join(BUCKETINGS)}, got {mode!r}")
     return {name: rows for name, rows in buckets.items() if rows.numel() > 0}
+
+
+def _quantile_buckets(spreads: torch.Tensor, group_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Groups sorted by spread, cut into min(6, G) buckets of G // n groups (remainder into the last)."""
+    ids = group_ids.tolist()
+    groups = list(dict.fromkeys(ids))  # distinct groups in order of first appearance
+    first_row = [ids.index(g) for g in groups]
+    group_spreads = torch.stack([spreads[r] for r in first_row]) if groups else spreads[:0]  # (G,)
+    order = torch.sort(group_spreads, stable=True).indices.tolist()  # group positions, lowest spread first
+    count = min(NUM_BUCKETS, len(groups))
+    size = len(groups) // count if count else 0
+    cuts = [k * size for k in range(count)] + [len(groups)]
+    buckets = {}
+    for k in range(count):
+        members = {groups[i] for i in order[cuts[k] : cuts[k + 1]]}
+        buckets[f"b{k}"] = torch.tensor([r for r, g in enumerate(ids) if g in members], dtype=torch.long)
+    return buckets
 
 
 def gradient_decomposition(
@@ -96,7 +124,8 @@ def gradient_decomposition(
     saved = [p.grad for p in params]
     out: dict[str, float] = {}
     try:
-        for name, rows in {"all": torch.arange(batch.num_rows), **spread_buckets(spreads.float(), buckets)}.items():
+        by_spread = spread_buckets(spreads.float(), batch.group_ids, buckets)
+        for name, rows in {"all": torch.arange(batch.num_rows), **by_spread}.items():
             ref = None if ref_logprobs is None else ref_logprobs[rows]
             bucket = _Bucket(batch.select(rows), advantages[rows], ref, spreads[rows])
             out.update(_bucket_norms(policy, params, bucket, preset, micro_batch_size, prefix=f"grad/{name}"))

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 import torch
 
+from mirl.filtering import group_spread
 from mirl.types import Episode
 
 LABELS: tuple[str, ...] = ("mixed", "too_easy", "too_coarse", "too_hard")
@@ -55,7 +56,7 @@ def label_groups(episodes: Sequence[Episode], returns: torch.Tensor, *, success_
                 f"episode group {episode.group} is outside [0, {num_groups}) of returns {tuple(returns.shape)}"
             )
         behaviours[episode.group].add(tuple(turn.actions for turn in episode.turns))
-    spread = returns.double().std(dim=1) if returns.shape[1] > 1 else torch.zeros(num_groups, dtype=torch.float64)
+    spread = group_spread(returns)  # (P,) float64, 0 when K = 1, independent of the order of the K returns
     labels = []
     for g in range(num_groups):
         if spread[g] > ZERO_SPREAD:

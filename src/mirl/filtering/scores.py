@@ -9,7 +9,10 @@ selection score is one of
     sum   s_g = sum_k r_gk
 
 With K = 1 there is no spread to estimate: std and var are defined as 0 (the unbiased estimator would be
-0 / 0). Statistics are computed in float64 so that equal returns give a spread far below ``ZERO_SPREAD``.
+0 / 0). Statistics are computed in float64 so that equal returns give a spread far below ``ZERO_SPREAD``, and on
+each group's returns sorted ascending, so that a score is a function of the multiset of returns bit for bit: two
+groups holding the same returns in a different order get identical scores, and "ties keep the lower index" is
+decided by the index, never by the rounding of a reduction whose order followed the rollouts'.
 """
 
 from __future__ import annotations
@@ -26,6 +29,11 @@ ZERO_SPREAD = 1e-10
 GROUP_KINDS = ("mixed", "too_easy", "too_hard", "uniform")
 
 
+def _order_free(statistic: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The statistic computed on each group's returns sorted ascending (module docstring: bitwise order-free)."""
+    return lambda returns: statistic(returns.sort(dim=1).values)
+
+
 def _var(returns: torch.Tensor) -> torch.Tensor:
     if returns.shape[1] == 1:
         return torch.zeros(returns.shape[0], dtype=returns.dtype, device=returns.device)
@@ -33,12 +41,12 @@ def _var(returns: torch.Tensor) -> torch.Tensor:
 
 
 STATISTICS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "std": lambda returns: _var(returns).sqrt(),
-    "var": _var,
-    "mean": lambda returns: returns.mean(dim=1),
-    "sum": lambda returns: returns.sum(dim=1),
+    "std": _order_free(lambda returns: _var(returns).sqrt()),
+    "var": _order_free(_var),
+    "mean": _order_free(lambda returns: returns.mean(dim=1)),
+    "sum": _order_free(lambda returns: returns.sum(dim=1)),
 }
-"""Statistic name -> function from float64 ``(P, K)`` returns to ``(P,)`` scores."""
+"""Statistic name -> function from float64 ``(P, K)`` returns to ``(P,)`` scores, invariant to the order of K."""
 
 
 def group_scores(returns: torch.Tensor, statistic: str = "std") -> torch.Tensor:
@@ -62,8 +70,8 @@ def group_scores(returns: torch.Tensor, statistic: str = "std") -> torch.Tensor:
 def group_spread(returns: torch.Tensor) -> torch.Tensor:
     """In-group unbiased standard deviation of the returns, ``(P,)`` float64 (0 when K = 1).
 
-    >>> group_spread(torch.tensor([[1.0, 3.0], [5.0, 5.0]])).tolist()  # sqrt(((1-2)^2 + (3-2)^2) / 1)
-    [1.4142135623730951, 0.0]
+    >>> [round(s, 6) for s in group_spread(torch.tensor([[1.0, 3.0], [5.0, 5.0]])).tolist()]  # sqrt((1 + 1) / 1)
+    [1.414214, 0.0]
     """
     return group_scores(returns, "std")
 
