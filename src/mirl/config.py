@@ -173,6 +173,8 @@ class DiagnosticsConfig:
     scopes: list[str] = field(default_factory=lambda: ["first_turn", "trajectory"])
     # (X, Z) pairs per scope
     num_pairs: int = 64
+    # first-turn columns: "sampled" (groups among the drawn pairs, as the paper) or "all" (every group)
+    columns: str = "sampled"
     # retrieval recall@k cut-offs
     ks: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
     # epsilon added to the marginal std in MI-ZScore

@@ -18,6 +18,7 @@ _CHOICES = {
     "model.backend": ("hf", "vllm"),
     "model.dtype": ("auto", "float32", "bfloat16", "float16"),
     "diagnostics.gradient_buckets": ("quantile", "fixed"),
+    "diagnostics.columns": ("sampled", "all"),
     "logging.save_rollouts": ("all", "sample", "none"),
 }
 

@@ -42,7 +42,8 @@ def test_grpo_matches_statistics_module():
 
 
 def test_grpo_degenerate_groups_give_zero():
-    assert grpo_advantages(torch.tensor([[5.0], [-1.0]])).tolist() == [[0.0], [0.0]]  # K = 1: no NaN
+    with pytest.warns(UserWarning, match="K = 1 sample per prompt are all 0"):
+        assert grpo_advantages(torch.tensor([[5.0], [-1.0]])).tolist() == [[0.0], [0.0]]  # K = 1: no NaN
     assert grpo_advantages(torch.full((2, 4), 3.0)).tolist() == [[0.0] * 4] * 2  # 0 / (0 + eps)
 
 

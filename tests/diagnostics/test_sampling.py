@@ -31,7 +31,7 @@ def test_first_turn_columns_are_groups_and_empty_reasonings_are_counted():
     episodes = grid_episodes(num_groups=3, samples=2)
     # group 1, sample 0 gets an empty first reasoning: skipped and counted
     episodes[2] = make_episode(1, 0, [make_turn("ctx one", ""), episodes[2].turns[1]])
-    out = first_turn_pairs(episodes, num_pairs=64, generator=gen())
+    out = first_turn_pairs(episodes, num_pairs=64, generator=gen(), columns="all")
     assert out.scope == "first_turn"
     assert out.empty_reasoning == 1
     assert len(out.pairs) == 5  # 6 first turns - 1 empty, all kept (64 >= 5)
@@ -47,6 +47,26 @@ def test_first_turn_columns_are_groups_and_empty_reasonings_are_counted():
     assert all(p.turn == 0 and p.z_ids == episodes[p.episode].turns[0].reasoning_ids for p in out.pairs)
     assert out.true_col.tolist() == [0, 0, 1, 2, 2]
     assert out.col_group == (0, 1, 2)
+
+
+def test_first_turn_columns_sampled_are_the_drawn_groups_all_are_every_group():
+    # the 128x1 layout in small: 8 groups of one episode, 4 pairs drawn
+    episodes = grid_episodes(num_groups=8, samples=1, num_turns=1)
+    sampled = first_turn_pairs(episodes, num_pairs=4, generator=gen(3))
+    every = first_turn_pairs(episodes, num_pairs=4, generator=gen(3), columns="all")
+    assert [p.episode for p in sampled.pairs] == [p.episode for p in every.pairs]  # same draws
+    drawn_groups = [episodes[p.episode].group for p in sampled.pairs]
+    assert len(sampled.columns) == 4 and len(every.columns) == 8  # N = 4 (log N, chance 1/4) vs N = 8
+    assert sampled.columns == tuple(episodes[g].turns[0].context_ids for g in drawn_groups)
+    assert sampled.true_col.tolist() == [0, 1, 2, 3]
+    assert every.true_col.tolist() == drawn_groups
+    # a group whose only reasoning is empty is a column with "all", none with "sampled"
+    episodes = grid_episodes(num_groups=3, samples=1, num_turns=1)
+    episodes[1] = make_episode(1, 0, [make_turn("ctx one", "")])
+    assert len(first_turn_pairs(episodes, num_pairs=8, generator=gen()).columns) == 2
+    assert len(first_turn_pairs(episodes, num_pairs=8, generator=gen(), columns="all").columns) == 3
+    with pytest.raises(ValueError, match="columns must be one of sampled, all"):
+        first_turn_pairs(episodes, num_pairs=8, generator=gen(), columns="every")
 
 
 def test_first_turn_duplicate_prompts_share_a_col_group():

@@ -10,6 +10,8 @@ value after the last counted token of a row is 0 (the episode ends there).
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import Tensor
 
@@ -27,7 +29,9 @@ def grpo_advantages(returns: Tensor, *, scale_by_std: bool = True, eps: float = 
 
     A[p, k] = (R[p, k] - mean_k R[p]) / (std_k R[p] + eps) with the unbiased std (K - 1 in the denominator);
     ``scale_by_std=False`` gives Dr. GRPO's A[p, k] = R[p, k] - mean_k R[p]. With K = 1 there is no group to
-    compare with and every advantage is 0.
+    compare with and every advantage is 0, with a warning. (veRL and the paper's code give R / (1 + eps) there,
+    which is the raw return, not a group-relative advantage; mirl keeps 0: a group of one carries no relative
+    signal, and the config refuses K = 1 for the group presets.)
 
     Args:
         returns: (P, K) episode returns, one row per prompt group.
@@ -46,6 +50,11 @@ def grpo_advantages(returns: Tensor, *, scale_by_std: bool = True, eps: float = 
     if eps < 0:
         raise ValueError(f"eps must be >= 0, got {eps}")
     if returns.shape[1] < 2:
+        warnings.warn(
+            "group advantages with K = 1 sample per prompt are all 0 (no group to compare with): nothing is "
+            "learned; sample K >= 2 per prompt or use a critic (PPO)",
+            stacklevel=2,
+        )
         return torch.zeros_like(returns)
     centred = returns - returns.mean(dim=1, keepdim=True)  # (P, K)
     if not scale_by_std:

@@ -120,7 +120,10 @@ def run_diagnostics(
     """
     thresholds = RegimeThresholds(entropy=config.regime_entropy_threshold, mi_fraction=config.regime_mi_fraction)
     out: dict[str, float | str] = {}
-    for pair_set in sample_scopes(episodes, config.scopes, num_pairs=config.num_pairs, generator=generator):
+    pair_sets = sample_scopes(
+        episodes, config.scopes, num_pairs=config.num_pairs, generator=generator, first_turn_columns=config.columns
+    )
+    for pair_set in pair_sets:
         scope = pair_set.scope
         out.update(_counts(pair_set))
         if not pair_set.pairs or pair_set.num_prompts < 2:

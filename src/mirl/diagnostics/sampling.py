@@ -7,10 +7,15 @@ turn whose Z is empty is skipped and counted in ``PairSet.empty_reasoning``. Eve
 
 Scopes (REFERENCE.md section 3, plus the per-position scope of section 10):
 
-- ``first_turn``: candidates are the first turns of all episodes. Columns are the prompt groups: one column per
-  distinct ``Episode.group`` that has an episode with at least one turn (so N ~ P), in order of first
-  appearance, holding that group's first-turn context. Up to ``num_pairs`` candidates are drawn without
-  replacement; each pair's true column is its group's column.
+- ``first_turn``: candidates are the first turns of all episodes with a non-empty Z. Up to ``num_pairs``
+  candidates are drawn without replacement; each pair's true column is its group's column, which holds that
+  group's first-turn context (its first episode's). Which groups get a column is ``columns``:
+
+  - ``"sampled"`` (default, as the paper's code): the distinct groups among the drawn pairs, in batch order. N,
+    the bound log N and chance level are those of the pairs actually scored: with the 128x1 layout and 64 pairs,
+    N = 64.
+  - ``"all"``: every group that has an episode with at least one turn (N ~ P, 128 in that layout), so groups
+    whose pairs were not drawn (or whose reasonings were all empty) are still columns a pair can be confused with.
 - ``trajectory``: ``num_pairs`` draws with replacement; a draw picks an episode uniformly among those with at
   least one valid turn (non-empty Z), then one of its valid turns uniformly. Every drawn pair is its own column
   (N = M ~ 64), so the same turn drawn twice gives two identical columns. ``empty_reasoning`` counts the empty
@@ -102,26 +107,37 @@ def distinct_ids(sequences: Sequence[Hashable]) -> tuple[int, ...]:
     return tuple(seen.setdefault(item, len(seen)) for item in sequences)
 
 
-def first_turn_pairs(episodes: Sequence[Episode], *, num_pairs: int, generator: torch.Generator) -> PairSet:
-    """First-turn scope: group columns, up to ``num_pairs`` pairs without replacement (module docstring)."""
+FIRST_TURN_COLUMNS: tuple[str, ...] = ("sampled", "all")
+
+
+def first_turn_pairs(
+    episodes: Sequence[Episode], *, num_pairs: int, generator: torch.Generator, columns: str = "sampled"
+) -> PairSet:
+    """First-turn scope: up to ``num_pairs`` pairs without replacement, one column per group (module docstring).
+
+    ``columns="sampled"`` makes columns of the groups among the drawn pairs only; ``"all"`` of every group.
+    """
     _check_num_pairs(num_pairs)
-    group_column: dict[int, int] = {}
-    columns: list[tuple[int, ...]] = []
-    candidates: list[Pair] = []
+    if columns not in FIRST_TURN_COLUMNS:
+        raise ValueError(f"columns must be one of {', '.join(FIRST_TURN_COLUMNS)}, got {columns!r}")
+    group_context: dict[int, tuple[int, ...]] = {}  # group -> its first episode's first-turn context
+    candidates: list[Pair] = []  # column = the group id for now
     empty = 0
     for index, episode in enumerate(episodes):
         if not episode.turns:
             continue
         turn = episode.turns[0]
-        if episode.group not in group_column:
-            group_column[episode.group] = len(columns)
-            columns.append(turn.context_ids)
+        group_context.setdefault(episode.group, turn.context_ids)
         if not turn.reasoning_ids:
             empty += 1
             continue
-        candidates.append(Pair(turn.context_ids, turn.reasoning_ids, group_column[episode.group], index, 0))
-    picked = _without_replacement(len(candidates), num_pairs, generator)
-    return PairSet("first_turn", tuple(candidates[i] for i in picked), tuple(columns), distinct_ids(columns), empty)
+        candidates.append(Pair(turn.context_ids, turn.reasoning_ids, episode.group, index, 0))
+    picked = [candidates[i] for i in _without_replacement(len(candidates), num_pairs, generator)]
+    groups = list(group_context) if columns == "all" else [g for g in group_context if g in {p.column for p in picked}]
+    column_of = {group: j for j, group in enumerate(groups)}
+    pairs = tuple(Pair(p.x_ids, p.z_ids, column_of[p.column], p.episode, p.turn) for p in picked)
+    contexts = tuple(group_context[g] for g in groups)
+    return PairSet("first_turn", pairs, contexts, distinct_ids(contexts), empty)
 
 
 def trajectory_pairs(episodes: Sequence[Episode], *, num_pairs: int, generator: torch.Generator) -> PairSet:
@@ -167,16 +183,23 @@ def turn_position_pairs(episodes: Sequence[Episode], *, num_pairs: int, generato
 
 
 def sample_scopes(
-    episodes: Sequence[Episode], scopes: Sequence[str], *, num_pairs: int, generator: torch.Generator
+    episodes: Sequence[Episode],
+    scopes: Sequence[str],
+    *,
+    num_pairs: int,
+    generator: torch.Generator,
+    first_turn_columns: str = "sampled",
 ) -> list[PairSet]:
     """The pair sets of the named scopes, in the given order (``turn_position`` expands to turn1, turn2, ...)."""
-    samplers = {"first_turn": first_turn_pairs, "trajectory": trajectory_pairs}
     sets: list[PairSet] = []
     for scope in scopes:
         if scope == "turn_position":
             sets += turn_position_pairs(episodes, num_pairs=num_pairs, generator=generator)
-        elif scope in samplers:
-            sets.append(samplers[scope](episodes, num_pairs=num_pairs, generator=generator))
+        elif scope == "first_turn":
+            pairs = first_turn_pairs(episodes, num_pairs=num_pairs, generator=generator, columns=first_turn_columns)
+            sets.append(pairs)
+        elif scope == "trajectory":
+            sets.append(trajectory_pairs(episodes, num_pairs=num_pairs, generator=generator))
         else:
             raise ValueError(f"unknown diagnostics scope {scope!r}, expected one of {', '.join(SCOPES)}")
     return sets

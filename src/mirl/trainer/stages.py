@@ -171,6 +171,12 @@ def rollout_metrics(episodes: list[Episode]) -> dict[str, float]:
 
 
 def kept_batch(episodes: list[Episode], rows: torch.Tensor, pad_id: int) -> tuple[list[Episode], RolloutBatch | None]:
-    """The episodes picked by the (P, K) mask and their collated batch (None when nothing is kept)."""
+    """The episodes picked by the (P, K) mask and their collated batch.
+
+    The batch is None when nothing is kept, or when no kept episode has a turn (every one ended before the model
+    wrote a token, e.g. an observation longer than the context budget): there is nothing to train on.
+    """
     kept = [e for e in episodes if rows[e.group, e.sample]]
-    return kept, (collate(kept, pad_id=pad_id) if kept else None)
+    if not any(e.turns for e in kept):
+        return kept, None
+    return kept, collate(kept, pad_id=pad_id)
