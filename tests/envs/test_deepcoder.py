@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from mirl.envs import make
 from mirl.envs.code_problems import CodeProblem, CodeTest, hf_table, humaneval_problems, humaneval_tests
@@ -190,3 +192,15 @@ def test_hub_schema_rows_are_read_and_judged(pool, subset, split):
 def test_hub_rows_need_the_datasets_files():
     with pytest.raises(FileNotFoundError, match="codeforces/test.jsonl"):
         hf_table(FIXTURE, "codeforces", "test")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=st.text(max_size=80), seed=st.integers(0, 2**32 - 1))
+def test_any_fenced_text_is_judged_without_raising(pool, body, seed):
+    # the registry-wide fuzz test (test_fuzz.py) rarely writes a fence; here every answer is run in the sandbox
+    env = make("deepcoder", num_tests=2)
+    env.reset(seed=seed)
+    env.pool = pool
+    observation, reward, terminated, truncated, info = env.step(answer(body + "\n"))
+    assert observation == env.render() and 0.0 <= reward <= 1.0 and terminated and not truncated
+    assert info["action_valid"] and len(info["tests"]) in (0, 2) and (info["error"] is None) == bool(info["tests"])
