@@ -137,6 +137,7 @@ class DeepCoder(TextEnv):
     default_action_budget = 1
     multi_turn = False
     max_actions_per_turn = 1
+    concurrent_steps = True  # step waits on sandbox runs: the rollout steps a turn's episodes on threads
 
     def __init__(
         self,
