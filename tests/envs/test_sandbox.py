@@ -157,22 +157,39 @@ def test_environment_has_nothing_from_the_parent(pool):
 def test_writing_outside_the_temporary_directory_fails(pool, tmp_path):
     planted = tmp_path / "planted.txt"
     planted.write_text("original")
-    os.chmod(tmp_path, 0o755)  # reachable, so the program's attempt fails on the file itself
+    os.chmod(tmp_path, 0o755)  # reachable where the sandbox shares /tmp, so an attempt fails on the file itself
     result = run(
         pool,
         f"""
         import os
-        path = {str(planted)!r}
-        for action in (lambda: open(path, "w").write("pwned"), lambda: os.remove(path)):
-            try:
-                action()
-                print("DONE")
-            except OSError as err:
-                print("denied", type(err).__name__)
+        for path in ({str(planted)!r}, "/etc/mirl-probe", "/var/mirl-probe"):
+            for action in (lambda: open(path, "w").write("pwned"), lambda: os.remove(path)):
+                try:
+                    action()
+                    print("DONE")
+                except OSError as err:
+                    print("denied", type(err).__name__)
         """,
     )
-    assert result.stdout.split() == ["denied", "PermissionError"] * 2
+    assert result.reason == "ok" and result.stdout.split()[::2] == ["denied"] * 6, result.stdout
     assert planted.read_text() == "original"
+    assert not os.path.exists("/etc/mirl-probe") and not os.path.exists("/var/mirl-probe")
+
+
+def test_files_left_in_scratch_directories_do_not_outlive_the_run(pool):
+    if pool.network is None:
+        pool.run(Job("pass"))
+    if pool.files != "private":
+        assert "SHARED FILE SYSTEM" in isolation_report(pool)
+        pytest.skip(f"no private mount namespace here ({pool.files_detail}); mirl envs says so (fallback)")
+    paths = ["/tmp/left.txt", "/var/tmp/left.txt", "/dev/shm/left.txt", "left.txt"]
+    write = "\n".join(f"open({path!r}, 'w').write('x')" for path in paths)
+    assert run(pool, write).reason == "ok"
+    for _ in range(pool.workers):  # whichever worker runs it, none of the files is there
+        check = run(pool, f"import os\nprint([os.path.exists(p) for p in {paths!r}])")
+        assert check.stdout.strip() == str([False] * len(paths))
+    flood = run(pool, "for n in range(100):\n    open(f'/tmp/f{n}', 'wb').write(b'x' * (7 << 20))")
+    assert flood.reason == "output_limit" and "No space left on device" in flood.stderr  # the tmpfs is capped
 
 
 @needs_root

@@ -9,8 +9,8 @@ A :class:`Job` is one program with its stdin, or one function call (``call``: a 
 ``Solution`` class, called with JSON arguments; the harness prints the JSON of the return value). A
 :class:`RunResult` holds stdout/stderr (capped), the exit status, wall and CPU time and why the run stopped:
 ``ok`` (exit 0), ``timeout`` (wall clock or CPU limit), ``memory`` (address-space limit hit), ``output_limit``
-(stdout/stderr over the cap, or the file-size limit), ``crashed`` (non-zero exit, an uncaught exception, a fatal
-signal), ``killed`` (SIGKILL the sandbox did not send, or the worker died).
+(stdout/stderr over the cap, the file-size limit, or the scratch space full), ``crashed`` (non-zero exit, an
+uncaught exception, a fatal signal), ``killed`` (SIGKILL the sandbox did not send, or the worker died).
 
 How a run is isolated (details in :mod:`mirl.envs.sandbox_worker`): a fresh process per run in its own session;
 SIGKILL to everything it started when it ends, times out or floods its output (nothing it forks outlives it, and
@@ -18,8 +18,11 @@ its zombies are reaped); resource limits set in the child before the program sta
 that is removed afterwards; an environment with nothing from the parent's; Python isolated and without
 site-packages (``-I -S``), so ``import mirl`` or ``import torch`` fails; a new network namespace when permitted
 (otherwise logged once and shown by ``mirl envs``); as root, a drop to an unprivileged uid/gid of its own per
-worker (claimed through an abstract-socket lock, so two processes on one machine never share one). Without root
-the program runs as the calling user: it cannot be given another uid, so it can write wherever that user can.
+worker (claimed through an abstract-socket lock, so two processes on one machine never share one), and a private
+mount namespace in which every mount is read-only and /tmp, /var/tmp and /dev/shm are small fresh tmpfs emptied
+after each run (nothing a program writes outlives it; a full scratch space stops it with ``output_limit``).
+Without root the program runs as the calling user: it cannot be given another uid, so it can write wherever that
+user can, and files it leaves in /tmp stay (both said by :func:`isolation_report`).
 
 Judging happens here, never in the child: the parent keeps the expected outputs, and outputs are compared as
 text with normalised whitespace (:func:`text_matches`) or as parsed JSON values (:func:`values_match`). Nothing
@@ -238,6 +241,8 @@ class SandboxPool:
         self._lock = threading.Lock()
         self.network: str | None = None  # "isolated" / "shared", known once a worker has started
         self.network_detail = ""
+        self.files: str | None = None  # "private" / "shared" (see the module docstring), known with network
+        self.files_detail = ""
 
     def _start(self) -> _Worker:
         worker = _Worker(self.isolate_network)
@@ -245,8 +250,11 @@ class SandboxPool:
             self._started.append(worker)
             if self.network is None:
                 self.network, self.network_detail = worker.hello["network"], worker.hello["detail"]
+                self.files, self.files_detail = worker.hello["files"], worker.hello["files_detail"]
                 if self.network != "isolated":
                     _log.warning("sandboxed programs can reach the network: %s", self.network_detail)
+                if self.files != "private":
+                    _log.warning("sandboxed programs share the file system: %s", self.files_detail)
         return worker
 
     def run(self, job: Job, limits: Limits | None = None) -> RunResult:
@@ -292,7 +300,7 @@ def shared_pool() -> SandboxPool:
 
 
 def isolation_report(pool: SandboxPool | None = None) -> str:
-    """One line on what the platform allows: network namespace, uid drop (starts a worker if none has)."""
+    """One line on what the platform allows: network, uid drop, file system (starts a worker if none has)."""
     pool = pool or shared_pool()
     if pool.network is None:
         pool.run(Job("pass"))
@@ -300,4 +308,7 @@ def isolation_report(pool: SandboxPool | None = None) -> str:
     network = "no network (new namespace)"
     if pool.network != "isolated":
         network = f"NETWORK REACHABLE ({pool.network_detail})"
-    return f"sandbox: {network}; programs run as {user}"
+    files = "private read-only file system with scratch tmpfs wiped after each run"
+    if pool.files != "private":
+        files = f"SHARED FILE SYSTEM ({pool.files_detail})"
+    return f"sandbox: {network}; programs run as {user}; {files}"

@@ -6,13 +6,15 @@ empty environment, its own session). It imports the standard library only, never
 Why a long-lived worker. The interpreter of this machine may live under a directory only root can read, so a
 process that drops to an unprivileged uid before it starts Python cannot start it. The worker starts as the
 caller (root or not), imports the modules a program may need, and forks; the child drops its privileges and runs
-the program in the already-loaded interpreter. A fork is also far cheaper than starting Python (the per-run
-overhead is a few milliseconds).
+the program in the already-loaded interpreter. A fork also costs less than starting Python (both are measured
+by ``benchmarks/sandbox.py``).
 
 Setup, once: the worker makes itself a child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``), so every orphan of a
 program is re-parented to it and reaped here (this machine's PID 1 does not reap), and, when permitted, moves into
 a new network namespace (``unshare(CLONE_NEWNET)``: only a loopback that is down, so no connection reaches
-anything). Its first output line reports what it got.
+anything), and, as root when permitted, into a private mount namespace (``unshare(CLONE_NEWNS)``) in which
+every mount is made read-only (``mount_setattr``, recursive) and /tmp, /var/tmp and /dev/shm get small fresh
+tmpfs mounts, emptied after every run. Its first output line reports what it got.
 
 Per request (one JSON line in, one JSON line out): a fresh temporary directory owned by the sandbox uid; the
 child calls ``setsid`` (own session and process group), takes stdin from a memory file and stdout/stderr from
@@ -47,7 +49,10 @@ PRELOAD = (
 RESULT_MARKER = "\x1emirl-result "  # prefix of the function-call harness's result line
 EXIT_MEMORY, EXIT_FILE_SIZE = 120, 121  # labels only: a program may exit with any code
 CHILD_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0"}
-PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS, CLONE_NEWNET = 36, 38, 0x40000000
+PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS, CLONE_NEWNET, CLONE_NEWNS = 36, 38, 0x40000000, 0x00020000
+MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x4000, 0x40000
+SYS_MOUNT_SETATTR, AT_RECURSIVE, MOUNT_ATTR_RDONLY = 442, 0x8000, 0x1  # x86-64 and arm64 share the number
+SCRATCH = {"/tmp": 64, "/var/tmp": 16, "/dev/shm": 16}  # world-writable dirs -> MB of the private tmpfs on each
 LIBC = ctypes.CDLL(None, use_errno=True)
 
 
@@ -69,7 +74,59 @@ def _setup(config):
             network, detail = "isolated", "new network namespace"
         else:
             detail = f"unshare(CLONE_NEWNET) not permitted: {os.strerror(ctypes.get_errno())}"
-    return {"ready": True, "network": network, "detail": detail, "uid": config["uid"], "pid": os.getpid()}
+    files, files_detail = _private_files(config)
+    return {
+        "ready": True,
+        "network": network,
+        "detail": detail,
+        "files": files,
+        "files_detail": files_detail,
+        "uid": config["uid"],
+        "pid": os.getpid(),
+    }
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("set", ctypes.c_uint64), ("clr", ctypes.c_uint64), ("propagation", ctypes.c_uint64)]
+    _fields_ += [("userns_fd", ctypes.c_uint64)]
+
+
+def _private_files(config):
+    """As root, a private mount namespace: every mount read-only, a fresh capped tmpfs on each scratch dir.
+
+    Programs (and the worker) can then write only into the scratch tmpfs, which :func:`_wipe_scratch` empties
+    after every run, so nothing a program writes outlives it or fills the disk. ``("private", detail)``, or
+    ``("shared", why)`` where the platform does not permit it (programs may then leave files in /tmp).
+    """
+    if config["uid"] is None:
+        return "shared", "not root: no private mount namespace, programs may leave files in /tmp"
+    if LIBC.unshare(CLONE_NEWNS) != 0:
+        return "shared", f"unshare(CLONE_NEWNS) not permitted: {os.strerror(ctypes.get_errno())}"
+    if LIBC.mount(b"none", b"/", None, ctypes.c_ulong(MS_REC | MS_PRIVATE), None) != 0:
+        raise OSError(ctypes.get_errno(), "mount(/, MS_REC | MS_PRIVATE) failed")
+    attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
+    flags = (ctypes.c_long(SYS_MOUNT_SETATTR), ctypes.c_int(-100), b"/", ctypes.c_uint(AT_RECURSIVE))
+    read_only = LIBC.syscall(*flags, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr))) == 0
+    for path, megabytes in SCRATCH.items():
+        if os.path.isdir(path):
+            options = f"size={megabytes}m,mode=1777".encode()
+            if LIBC.mount(b"tmpfs", path.encode(), b"tmpfs", ctypes.c_ulong(MS_NOSUID | MS_NODEV), options) != 0:
+                raise OSError(ctypes.get_errno(), f"mount(tmpfs, {path}) failed")
+    scratch = ", ".join(f"{path} {mb} MB" for path, mb in SCRATCH.items())
+    rest = "everything else read-only" if read_only else "the rest writable where the sandbox uid may write"
+    return "private", f"private tmpfs ({scratch}), {rest}"
+
+
+def _wipe_scratch(config):
+    """Empty the private scratch tmpfs after a run (only in a private mount namespace)."""
+    for path in SCRATCH:
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(path):
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        os.unlink(entry.path)
 
 
 def _limit(limits):
@@ -126,7 +183,7 @@ def _execute(request):
         return EXIT_MEMORY
     except OSError as err:
         traceback.print_exc()
-        return EXIT_FILE_SIZE if err.errno == 27 else 1  # EFBIG: the file-size limit
+        return EXIT_FILE_SIZE if err.errno in (27, 28) else 1  # EFBIG: the file-size limit, ENOSPC: scratch full
     except BaseException:
         traceback.print_exc()
         return 1
@@ -296,6 +353,8 @@ def run(request, config):
         for fd in (out_r, err_r, pidfd):
             os.close(fd)
         shutil.rmtree(workdir, ignore_errors=True)
+        if config.get("files") == "private":
+            _wipe_scratch(config)
     return {
         "stdout": buffers[out_r].decode("utf-8", "replace"),
         "stderr": buffers[err_r].decode("utf-8", "replace"),
@@ -310,7 +369,9 @@ def run(request, config):
 def main():
     config = json.loads(sys.argv[1])
     protocol_in, protocol_out = sys.stdin.buffer, sys.stdout.buffer
-    protocol_out.write((json.dumps(_setup(config)) + "\n").encode())
+    hello = _setup(config)
+    config["files"] = hello["files"]
+    protocol_out.write((json.dumps(hello) + "\n").encode())
     protocol_out.flush()
     for line in protocol_in:
         try:
