@@ -176,7 +176,7 @@ def test_writing_outside_the_temporary_directory_fails(pool, tmp_path):
     assert not os.path.exists("/etc/mirl-probe") and not os.path.exists("/var/mirl-probe")
 
 
-def test_files_left_in_scratch_directories_do_not_outlive_the_run(pool):
+def test_files_left_behind_vanish_and_project_files_are_hidden(pool):
     if pool.network is None:
         pool.run(Job("pass"))
     if pool.files != "private":
@@ -190,6 +190,12 @@ def test_files_left_in_scratch_directories_do_not_outlive_the_run(pool):
         assert check.stdout.strip() == str([False] * len(paths))
     flood = run(pool, "for n in range(100):\n    open(f'/tmp/f{n}', 'wb').write(b'x' * (7 << 20))")
     assert flood.reason == "output_limit" and "No space left on device" in flood.stderr  # the tmpfs is capped
+    # the project, its data and the installed packages are hidden, so no expected output can be read from disk
+    import mirl.envs.sandbox as module
+
+    for path in (module.__file__, os.path.dirname(pytest.__file__), os.path.dirname(__file__)):
+        hidden = run(pool, f"import os\nprint(os.path.exists({path!r}))")
+        assert hidden.stdout.strip() == "False", path
 
 
 @needs_root

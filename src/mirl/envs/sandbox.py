@@ -19,8 +19,9 @@ that is removed afterwards; an environment with nothing from the parent's; Pytho
 site-packages (``-I -S``), so ``import mirl`` or ``import torch`` fails; a new network namespace when permitted
 (otherwise logged once and shown by ``mirl envs``); as root, a drop to an unprivileged uid/gid of its own per
 worker (claimed through an abstract-socket lock, so two processes on one machine never share one), and a private
-mount namespace in which every mount is read-only and /tmp, /var/tmp and /dev/shm are small fresh tmpfs emptied
-after each run (nothing a program writes outlives it; a full scratch space stops it with ``output_limit``).
+mount namespace in which every mount is read-only, /tmp, /var/tmp and /dev/shm are small fresh tmpfs emptied
+after each run (nothing a program writes outlives it; a full scratch space stops it with ``output_limit``), and
+non-system top-level directories (projects, data sets, caches), site-packages and mirl are hidden.
 Without root the program runs as the calling user: it cannot be given another uid, so it can write wherever that
 user can, and files it leaves in /tmp stay (both said by :func:`isolation_report`).
 

@@ -14,7 +14,10 @@ program is re-parented to it and reaped here (this machine's PID 1 does not reap
 a new network namespace (``unshare(CLONE_NEWNET)``: only a loopback that is down, so no connection reaches
 anything), and, as root when permitted, into a private mount namespace (``unshare(CLONE_NEWNS)``) in which
 every mount is made read-only (``mount_setattr``, recursive) and /tmp, /var/tmp and /dev/shm get small fresh
-tmpfs mounts, emptied after every run. Its first output line reports what it got.
+tmpfs mounts, emptied after every run; an empty read-only tmpfs hides every top-level directory that is not a
+system one (``/work``, ``/home``, ``/opt``, ...: projects, data sets, caches) and the site-packages and mirl
+trees, so a program cannot read training data, evaluation sets or the trainer's code (a directory holding the
+standard library stays visible). Its first output line reports what it got.
 
 Per request (one JSON line in, one JSON line out): a fresh temporary directory owned by the sandbox uid; the
 child calls ``setsid`` (own session and process group), takes stdin from a memory file and stdout/stderr from
@@ -36,6 +39,7 @@ import select
 import shutil
 import signal
 import sys
+import sysconfig
 import tempfile
 import time
 import traceback
@@ -50,7 +54,10 @@ RESULT_MARKER = "\x1emirl-result "  # prefix of the function-call harness's resu
 EXIT_MEMORY, EXIT_FILE_SIZE = 120, 121  # labels only: a program may exit with any code
 CHILD_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0"}
 PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS, CLONE_NEWNET, CLONE_NEWNS = 36, 38, 0x40000000, 0x00020000
-MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x4000, 0x40000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 0x1, 0x2, 0x4, 0x8, 0x4000, 0x40000
+SYSTEM_DIRS = {"bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "run", "sbin", "sys", "tmp"}
+SYSTEM_DIRS |= {"usr", "var"}  # top-level dirs left visible; the others (projects, homes, data) are hidden
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # holds mirl
 SYS_MOUNT_SETATTR, AT_RECURSIVE, MOUNT_ATTR_RDONLY = 442, 0x8000, 0x1  # x86-64 and arm64 share the number
 SCRATCH = {"/tmp": 64, "/var/tmp": 16, "/dev/shm": 16}  # world-writable dirs -> MB of the private tmpfs on each
 LIBC = ctypes.CDLL(None, use_errno=True)
@@ -112,9 +119,34 @@ def _private_files(config):
             options = f"size={megabytes}m,mode=1777".encode()
             if LIBC.mount(b"tmpfs", path.encode(), b"tmpfs", ctypes.c_ulong(MS_NOSUID | MS_NODEV), options) != 0:
                 raise OSError(ctypes.get_errno(), f"mount(tmpfs, {path}) failed")
+    hidden = _hidden_dirs()
+    for path in hidden:  # an empty read-only tmpfs over each
+        flags = ctypes.c_ulong(MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        if LIBC.mount(b"tmpfs", path.encode(), b"tmpfs", flags, b"size=4k,mode=0755") != 0:
+            raise OSError(ctypes.get_errno(), f"mount(tmpfs, {path}) failed")
     scratch = ", ".join(f"{path} {mb} MB" for path, mb in SCRATCH.items())
     rest = "everything else read-only" if read_only else "the rest writable where the sandbox uid may write"
-    return "private", f"private tmpfs ({scratch}), {rest}"
+    return "private", f"private tmpfs ({scratch}), {rest}, hidden: {' '.join(hidden) or 'nothing'}"
+
+
+def _hidden_dirs():
+    """Directories to hide from programs: top-level non-system dirs and the site-packages and mirl trees.
+
+    A directory holding the standard library stays (programs import from it); the packages inside it are
+    hidden one by one instead.
+    """
+    stdlib = os.path.realpath(sysconfig.get_path("stdlib")) + "/"
+    targets = []
+    for name in sorted(os.listdir("/")):
+        path = os.path.join("/", name)
+        visible = name in SYSTEM_DIRS or not os.path.isdir(path) or os.path.islink(path)
+        if not visible and not stdlib.startswith(path + "/"):
+            targets.append(path)
+    for path in (sysconfig.get_path("purelib"), sysconfig.get_path("platlib"), PACKAGE_ROOT):
+        path = os.path.realpath(path) if path else ""
+        if os.path.isdir(path) and path != "/" and not any((path + "/").startswith(t + "/") for t in targets):
+            targets.append(path)
+    return targets
 
 
 def _wipe_scratch(config):
