@@ -100,3 +100,30 @@ def test_seed_may_come_before_or_after_the_env(monkeypatch, capsys):
 def test_option_without_equals_is_an_error():
     with pytest.raises(ValueError, match="key=value"):
         parse_options(["size"])
+
+
+def test_play_deepcoder_takes_a_pasted_program_and_shows_each_verdict():
+    env = make("deepcoder")
+    env.reset(seed=3)  # max_subarray, function format (see tests/envs/test_deepcoder.py)
+    half_wrong = "def max_subarray(xs):\n    return max(xs)\n"  # right only where the best part is one element
+    script = f"```python\n{half_wrong}```\n"
+    result = subprocess.run(
+        [sys.executable, "-m", "mirl.cli", "play", "deepcoder", "--seed", "3"],
+        input=script,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    out = result.stdout
+    assert env.problem.statement in out and "A multi-line answer starts with a ``` line" in out
+    verdicts = [line.split(": ", 1)[1] for line in out.splitlines() if line.startswith("test ")]
+    assert len(verdicts) == 6 and set(verdicts) <= {"passed", "wrong answer"}
+    passed = verdicts.count("passed")
+    assert f"Passed {passed}/6 tests." in out and f"reward: {passed / 6:g}" in out and "episode over" in out
+
+
+def test_envs_reports_what_the_sandbox_can_guarantee(capsys):
+    assert main(["envs", "deepcoder"]) == 0
+    out = capsys.readouterr().out
+    assert "source='synthetic'" in out and "\nsandbox: " in out and "programs run as" in out

@@ -14,7 +14,7 @@ ENV_NAMES = sorted(registry)
 
 
 def test_builtin_envs_are_registered():
-    assert {"sokoban", "frozenlake", "bandit", "countdown", "metamath"} <= set(ENV_NAMES)
+    assert {"sokoban", "frozenlake", "bandit", "countdown", "metamath", "deepcoder"} <= set(ENV_NAMES)
 
 
 @pytest.mark.parametrize("name", ENV_NAMES)

@@ -1,5 +1,8 @@
 """Engine transcripts on the corridor env (cells 0..3, goal at 3, -0.1 per move, +1 at the goal)."""
 
+import threading
+import time
+
 import pytest
 
 from mirl.policy.scripted import ScriptedPolicy
@@ -152,3 +155,26 @@ def test_progress_reports_each_turn(corridor, tok):
     policy = ScriptedPolicy(tok, [reply("Right || Right"), reply("Jump"), reply("Right"), reply("Left")])
     run_episodes(policy, [EnvSpec("corridor", 0)], 2, config(max_turns=2), progress=lambda *a: seen.append(a))
     assert seen == [(0, 2, 2), (1, 2, 2)]
+
+
+def test_envs_with_concurrent_steps_are_stepped_on_threads_with_the_same_result(corridor, tok, monkeypatch):
+    def transcripts(episodes):
+        return [[(t.observation, t.reward, t.actions) for t in ep.turns] + [ep.end_reason] for ep in episodes]
+
+    script = lambda context: reply("Right || Right")  # noqa: E731
+    _, sequential = play(tok, script, groups=2, group_size=3, max_turns=2)
+    threads: set[int] = set()
+    step = corridor.step
+
+    def slow_step(self, action):
+        threads.add(threading.get_ident())
+        time.sleep(0.05)
+        return step(self, action)
+
+    monkeypatch.setattr(corridor, "step", slow_step)
+    monkeypatch.setattr(corridor, "concurrent_steps", True, raising=False)
+    start = time.monotonic()
+    _, concurrent = play(tok, script, groups=2, group_size=3, max_turns=2)
+    # 6 episodes x 3 moves (2, then 1 onto the goal) of 0.05 s: 0.9 s one after another, 0.15 s overlapped
+    assert time.monotonic() - start < 0.6 and len(threads) > 1
+    assert transcripts(concurrent) == transcripts(sequential)

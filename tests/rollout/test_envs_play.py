@@ -98,3 +98,29 @@ def test_metamath_retry_earns_half(tok):
     assert ep.turns[1].observation == "Incorrect. Please think again."
     assert [turn.reward for turn in ep.turns] == [0.0, 0.5]  # 1 / 2**1 after one wrong answer
     assert ep.success and ep.end_reason == "success"
+
+
+BALANCED = """```python
+pairs, stack = {")": "(", "]": "[", "}": "{"}, []
+for c in input().strip():
+    if c not in pairs:
+        stack.append(c)
+    elif not stack or stack.pop() != pairs[c]:
+        stack.append("!")
+        break
+print("NO" if stack else "YES")
+```"""
+
+
+@pytest.mark.parametrize(
+    ("answer", "reward", "end_reason"),
+    [
+        (BALANCED, 1.0, "success"),
+        ('```python\nprint("YES")\n```', 5 / 6, "terminated"),  # 5 of the 6 hidden tests expect YES
+        ('print("YES")', -0.1, "terminated"),  # no fenced block: illegal, format penalty
+    ],
+)
+def test_deepcoder_one_program(tok, answer, reward, end_reason):
+    ep = play(tok, "deepcoder", [answer], max_new_tokens=512)
+    assert ep.turns[0].observation.startswith("Write a Python program that reads the input from standard input")
+    assert ep.turns[0].reward == pytest.approx(reward, abs=1e-12) and ep.end_reason == end_reason

@@ -3,7 +3,9 @@
 ``mirl play`` prints the instruction, the legend and the legal actions once, then exactly the observation text an
 agent would be shown, and after each action its reward. Actions are read line by line from stdin, so a game can
 be scripted (``printf 'Up\\nLeft\\n' | mirl play sokoban --seed 3``); it ends at EOF, on ``quit``, when the
-episode terminates or is truncated, or when the env's action budget is spent. Blank lines are ignored.
+episode terminates or is truncated, or when the env's action budget is spent. Blank lines are ignored. An
+action that starts with a line opening a code fence (```) runs on to the line that closes it, so a program can be
+pasted as one answer (``mirl play deepcoder``, which then shows the verdict of every test).
 Options are ``key=value`` words: ``true``/``false`` become bools, ``none`` None, numbers int or float, and a
 comma-separated value a tuple (``num_numbers=3,4``).
 """
@@ -100,6 +102,10 @@ def run_envs(args: argparse.Namespace) -> int:
         column = max((len(setting) for setting, _ in settings), default=0)
         for setting, doc in settings:
             print(f"    {setting:<{column}}  {doc}".rstrip())
+    if "deepcoder" in names:  # what the code sandbox can guarantee on this machine
+        from mirl.envs.sandbox import isolation_report
+
+        print(f"\n{isolation_report()}")
     return 0
 
 
@@ -109,7 +115,25 @@ def _header(env: Any) -> str:
         lines.append(f"Symbols: {env.symbol_legend}")
     actions = ", ".join(env.action_words) if env.action_words else "free-form text"
     lines.append(f"Actions: {actions}. Action budget: {env.default_action_budget}. Type 'quit' to stop.")
+    if env.action_words is None:
+        lines.append("A multi-line answer starts with a ``` line and ends with the next ``` line.")
     return "\n".join(lines)
+
+
+def read_action(stream) -> str:
+    """The next action from ``stream``: one line, or a fenced block from its ``` line to the closing one ("" at EOF).
+
+    >>> import io
+    >>> read_action(io.StringIO("```python\\nprint(1)\\n```\\nnext\\n"))
+    '```python\\nprint(1)\\n```'
+    """
+    line = stream.readline()
+    if not line.lstrip().startswith("```"):
+        return line
+    block = [line]
+    while (more := stream.readline()) and not more.strip().startswith("```"):
+        block.append(more)
+    return "".join(block + [more]).rstrip("\n")
 
 
 def run_play(args: argparse.Namespace) -> int:
@@ -127,7 +151,7 @@ def run_play(args: argparse.Namespace) -> int:
     while not done:
         if sys.stdin.isatty():
             print("> ", end="", flush=True)
-        line = sys.stdin.readline()
+        line = read_action(sys.stdin)
         if not line or line.strip().lower() == QUIT:
             break
         if not line.strip():

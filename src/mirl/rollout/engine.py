@@ -3,7 +3,8 @@
 Episode ``(p, k)`` plays ``specs[p]`` (every k shares the seed, so a group faces one initial state) and has
 ``group=p, sample=k``. Each turn, every active episode's context is built and all of them go to the policy in one
 ``generate`` call (split into chunks of ``config.generation_batch_size``); then each reply is parsed and its
-actions stepped through the episode's env.
+actions stepped through the episode's env. Envs whose step waits on other processes (``concurrent_steps = True``,
+e.g. DeepCoder's sandboxed test runs) are stepped on threads, so one turn's code checks run concurrently.
 
 Per-turn rules (REFERENCE §7):
 
@@ -35,6 +36,7 @@ Reproducibility: with ``sampling_seed``, chunk c of turn t samples with :func:`t
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -47,6 +49,7 @@ from mirl.types import EnvSpec, Episode, Generation, SamplingParams, Turn
 
 STOP_STRINGS = ("</answer>",)
 CONTEXT_MODES = ("full", "window")
+_STEP_THREADS = 64  # threads stepping envs with concurrent_steps (their own pools bound the real work)
 
 ProgressFn = Callable[[int, int, int], None]  # (turn index, episodes active in it, episodes in all)
 
@@ -108,8 +111,11 @@ def run_episodes(
         if not playing:
             break
         generations = _generate(policy, [ctx for _, ctx in playing], turn, config, sampling_seed)
-        for (live, ctx), generation in zip(playing, generations, strict=True):
-            _apply(live, ctx, generation, tokenizer, config)
+        texts = [THINK_OPEN + decode(tokenizer, generation.token_ids) for generation in generations]
+        replies = [parse_reply(t, live.env.action_words, live.cap) for (live, _), t in zip(playing, texts, strict=True)]
+        stepped = _step_all([live for live, _ in playing], replies)
+        for i, (live, ctx) in enumerate(playing):
+            _record(live, ctx, generations[i], texts[i], replies[i], stepped[i], tokenizer, config)
         if progress is not None:
             progress(turn, len(playing), len(lives))
     return [_finish(live) for live in lives]
@@ -226,10 +232,24 @@ def _info(info: dict, key: str, env_name: str):
     return info[key]
 
 
-def _apply(live: _Live, context: tuple[int, ...], generation: Generation, tokenizer, config: RolloutConfig) -> None:
-    """Parse the reply, step its legal actions, record the turn and decide whether the episode ends."""
-    text = THINK_OPEN + decode(tokenizer, generation.token_ids)
-    parsed = parse_reply(text, live.env.action_words, live.cap)
+def _step_all(lives: list[_Live], replies: list) -> list[tuple[str, float, int, bool]]:
+    """Step every episode's parsed reply, in order; ``(shown, env reward, executed, all legal)`` per episode.
+
+    An env whose ``step`` waits on other processes (DeepCoder's sandbox runs) sets ``concurrent_steps = True``;
+    the steps of such episodes in one turn run on threads (each episode has its own env), so their waits
+    overlap. Other envs step one after another on the calling thread, and the tokenizer is never used on a thread.
+    """
+    concurrent = [i for i, live in enumerate(lives) if getattr(live.env, "concurrent_steps", False)]
+    results: dict[int, tuple[str, float, int, bool]] = {}
+    if len(concurrent) > 1:
+        with ThreadPoolExecutor(max_workers=min(len(concurrent), _STEP_THREADS)) as executor:
+            stepped = executor.map(lambda i: _step_reply(lives[i], replies[i]), concurrent)
+            results.update(zip(concurrent, stepped, strict=True))
+    return [results[i] if i in results else _step_reply(live, replies[i]) for i, live in enumerate(lives)]
+
+
+def _step_reply(live: _Live, parsed) -> tuple[str, float, int, bool]:
+    """Step the reply's legal actions; ``(observation shown before, env reward, actions executed, all legal)``."""
     shown = live.observation
     env_reward, executed, good = 0.0, 0, parsed.all_legal
     for action, legal in zip(parsed.actions, parsed.legal, strict=True):
@@ -246,6 +266,12 @@ def _apply(live: _Live, context: tuple[int, ...], generation: Generation, tokeni
             good = False
         if terminated or truncated:
             live.end_reason = "success" if live.success else ("terminated" if terminated else "truncated")
+    return shown, env_reward, executed, good
+
+
+def _record(live: _Live, context, generation: Generation, text: str, parsed, steps, tokenizer, config) -> None:
+    """Record the turn and decide whether the episode ends."""
+    shown, env_reward, executed, good = steps
     if live.end_reason is None and live.budget == 0:
         live.end_reason = "action_budget"
     live.unchanged = executed == 0
