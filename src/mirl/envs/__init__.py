@@ -1,7 +1,7 @@
 """Text environments with a Gymnasium-style contract (see :mod:`mirl.envs.base`), their registry and checker.
 
 Importing this package registers every built-in environment: ``sokoban``, ``frozenlake``, ``bandit``,
-``countdown`` and ``metamath``.
+``countdown`` and ``metamath``; and ``searchqa`` (retrieval, :mod:`mirl.envs.searchqa`).
 
 >>> from mirl.envs import make, registry
 >>> env = make("frozenlake", success_rate=1.0)
@@ -10,7 +10,7 @@ Importing this package registers every built-in environment: ``sokoban``, ``froz
 True
 """
 
-from mirl.envs import bandit, countdown, frozenlake, metamath, sokoban  # noqa: F401  (registration side effect)
+from mirl.envs import bandit, countdown, frozenlake, metamath, searchqa, sokoban  # noqa: F401  (registration)
 from mirl.envs.base import TextEnv
 from mirl.envs.checker import ContractError, check_env
 from mirl.envs.registry import env_options, make, register, registry
