@@ -10,7 +10,7 @@ Importing this package registers every built-in environment: ``sokoban``, ``froz
 True
 """
 
-from mirl.envs import bandit, countdown, frozenlake, metamath, searchqa, sokoban  # noqa: F401  (registration)
+from mirl.envs import bandit, countdown, frozenlake, metamath, searchqa, sokoban, webshop  # noqa: F401  (registration)
 from mirl.envs.base import TextEnv
 from mirl.envs.checker import ContractError, check_env
 from mirl.envs.registry import env_options, make, register, registry
