@@ -6,7 +6,7 @@ Observation:
     title`` and price; ``back to search``, ``next >``, ``< prev``); an item page (title, price, one button per
     option value, ``description``, ``features``, ``reviews``, ``buy now``, ``< prev`` back to the results); a
     description / features / reviews sub-page (``< prev`` back to the item). Buying ends on a page that shows
-    the score.
+    the score and lists no action.
 
 Actions:
     One per turn (free-form for the rollout engine, parsed by :mod:`mirl.envs.commands`): ``search[keywords]`` on
@@ -229,7 +229,7 @@ class WebShop(TextEnv):
         self._observation = (
             f"Instruction: {self.goal.instruction}\nYou bought {product.title} "
             f"({', '.join(self.chosen.values()) or 'no options'}). Thank you for shopping with us! "
-            f"Score: {result.raw:.3f}"
+            f"Score: {result.raw:.3f}\nAvailable actions: none (the episode is over)"
         )
         return reward, result.as_info()
 
