@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import json
 import math
 import pathlib
@@ -12,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mirl.envs import check_env, make
+from mirl.envs import check_env, commands, make, retrieval, searchqa
 from mirl.envs.data import clear_caches, split_of
 from mirl.envs.searchqa import answer_reward, normalize_answer, token_f1
 
@@ -188,3 +189,9 @@ def test_step_never_raises_on_odd_text(seed, script):
         observation, reward, terminated, truncated, info = env.step(action)
         assert observation == env.render() and math.isfinite(reward) and 0.0 <= reward <= 1.0
         assert type(terminated) is bool and type(truncated) is bool and type(info["action_valid"]) is bool
+
+
+@pytest.mark.parametrize("module", [searchqa, retrieval, commands])
+def test_doctests(module):
+    outcome = doctest.testmod(module)
+    assert outcome.attempted > 0 and outcome.failed == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import itertools
 import json
 import math
@@ -14,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rapidfuzz import fuzz
 
-from mirl.envs import check_env, make
+from mirl.envs import catalogue, check_env, make, shop_reward, webshop_data
 from mirl.envs.catalogue import CATEGORIES, Goal, Product, generate_catalogue, goal_instruction
 from mirl.envs.data import split_of
 from mirl.envs.shop_reward import score, type_reward
@@ -343,3 +344,9 @@ def test_missing_rapidfuzz_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "rapidfuzz", None)  # import rapidfuzz now raises ImportError
     with pytest.raises(ImportError, match=r"pip install 'mirl\[web\]'"):
         score(DRESS, ("blue",), GOAL)
+
+
+@pytest.mark.parametrize("module", [catalogue, shop_reward, webshop_data])
+def test_doctests(module):
+    outcome = doctest.testmod(module)
+    assert outcome.attempted > 0 and outcome.failed == 0
