@@ -127,3 +127,26 @@ def test_envs_reports_what_the_sandbox_can_guarantee(capsys):
     assert main(["envs", "deepcoder"]) == 0
     out = capsys.readouterr().out
     assert "source='synthetic'" in out and "\nsandbox: " in out and "programs run as" in out
+
+
+def test_play_webshop_with_clicks(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", io.StringIO("search[blanket]\nclick[buy now]\nclick[next >]\nquit\n"))
+    assert main(["play", "webshop", "--seed", "2", "num_products=200"]) == 0
+    out = capsys.readouterr().out
+    assert "Action budget: 9." in out and "Available actions: search[<keywords>]" in out
+    assert "actions: 2/9  (invalid action: nothing happened)" in out  # no buy button on a results page
+    assert "page 2 of" in out and "click[< prev]" in out
+
+
+def test_play_searchqa_finish_ends_the_episode(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", io.StringIO("search[founded]\nfinish[nobody]\n"))
+    assert main(["play", "searchqa", "corpus_size=200"]) == 0
+    out = capsys.readouterr().out
+    assert "Doc 1 (Title: " in out and "Your answer: nobody" in out
+    assert out.endswith("episode over: success=False, return=0, actions=2\n")
+
+
+def test_play_with_a_missing_data_directory_is_one_line(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    assert main(["play", "webshop", "source=local", f"path={tmp_path / 'nowhere'}"]) == 2
+    assert capsys.readouterr().err.startswith("mirl play: source='local' expects a directory")

@@ -124,3 +124,25 @@ def test_deepcoder_one_program(tok, answer, reward, end_reason):
     ep = play(tok, "deepcoder", [answer], max_new_tokens=512)
     assert ep.turns[0].observation.startswith("Write a Python program that reads the input from standard input")
     assert ep.turns[0].reward == pytest.approx(reward, abs=1e-12) and ep.end_reason == end_reason
+
+
+def test_searchqa_comparison_in_two_searches(tok):
+    # seed 0: "Which organisation was founded earlier, Haltes Foods or Wenmek Works?" (2023 vs 1984)
+    answers = ["search[Haltes Foods]", "search[Wenmek Works]", "finish[the Wenmek Works]"]
+    ep = play(tok, "searchqa", answers, max_new_tokens=128)
+    assert ep.turns[0].observation == "Question: Which organisation was founded earlier, Haltes Foods or Wenmek Works?"
+    assert "2023" in ep.turns[1].observation and "1984" in ep.turns[2].observation
+    assert [turn.reward for turn in ep.turns] == [0.0, 0.0, 1.0]  # exact match once the article is dropped
+    assert ep.success and ep.end_reason == "success"
+
+
+def test_webshop_search_page_open_choose_and_buy(tok):
+    # seed 0: a moisturizer for sensitive skin, fragrance free, coconut, travel size, under 60 dollars; the
+    # product B0UHUBG6Y4 is listed 29th for the instruction's words, so two "next >" clicks reach its page
+    answers = ["search[moisturizer sensitive skin fragrance free coconut travel size]", "click[next >]"]
+    answers += ["click[Next >]", "click[b0uhubg6y4]", "click[coconut]", "click[travel size]", "click[buy now]"]
+    ep = play(tok, "webshop", answers, max_turns=9, max_new_tokens=128)
+    assert ep.turns[0].observation.startswith("Instruction: i need a moisturizer that is for sensitive skin")
+    assert "Selected: scent: coconut, size: travel size" in ep.turns[-1].observation
+    assert [turn.reward for turn in ep.turns] == [0.0] * 6 + [1.0]  # (2 attributes + 2 options + price) / 5
+    assert ep.success and ep.end_reason == "success" and ep.num_turns == 7

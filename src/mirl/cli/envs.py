@@ -142,7 +142,7 @@ def run_play(args: argparse.Namespace) -> int:
     try:
         seed, words = split_seed(args.options, args.seed)
         env = make(args.env, **parse_options(words))
-    except ValueError as error:
+    except (ValueError, OSError, ImportError) as error:  # bad options, missing data files, a missing extra
         print(f"mirl play: {error}", file=sys.stderr)
         return 2
     observation, _ = env.reset(seed=seed)

@@ -1,0 +1,18 @@
+"""Environment tests write BM25 indices into a per-session temporary cache, never into the user's cache."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_index_cache(tmp_path_factory):
+    previous = os.environ.get("MIRL_CACHE")
+    os.environ["MIRL_CACHE"] = str(tmp_path_factory.mktemp("mirl-cache"))
+    yield
+    if previous is None:
+        os.environ.pop("MIRL_CACHE", None)
+    else:
+        os.environ["MIRL_CACHE"] = previous
