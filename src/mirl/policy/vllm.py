@@ -34,7 +34,8 @@ CPU and drops its KV cache before the update so the trainer gets the GPU memory 
 weights, reloads them and then wakes the KV cache. On the CPU build sleep mode is refused at construction.
 
 ``score`` (cross-scoring) and ``token_logprobs`` (training) stay with the HF backend: vLLM's ``prompt_logprobs``
-path was measured slower for the cross-scoring matrices (see the README), so the native scorer is kept.
+path gave the same matrices but took 3.2x the native scorer's time (``benchmarks/vllm_scoring.py``, see the README), so
+the native scorer is kept.
 """
 
 from __future__ import annotations
