@@ -33,7 +33,7 @@ class ModelConfig:
     device: str = "auto"
     # where converted GGUF weights are cached; None = $MIRL_CACHE or ~/.cache/mirl
     cache_dir: str | None = None
-    # generation backend: "hf" (transformers generate with KV cache) or "vllm" (GPU, optional extra)
+    # generation backend: "hf" (mirl's sampler over transformers) or "vllm" (optional extra `vllm`; CPU or GPU)
     backend: str = "hf"
     # LoRA rank for policy and critic; 0 trains all weights
     lora_rank: int = 0
@@ -43,6 +43,12 @@ class ModelConfig:
     critic_name: str | None = None
     # recompute activations in the backward pass to save memory
     gradient_checkpointing: bool = False
+    # vllm backend: share of GPU memory vLLM may take for weights and KV cache, in (0, 1]
+    vllm_gpu_memory_utilization: float = 0.4
+    # vllm backend: GiB of KV cache on the CPU build (sets VLLM_CPU_KVCACHE_SPACE when unset), >= 1
+    vllm_cpu_kv_cache_gb: int = 1
+    # vllm backend, GPU only: put the engine to sleep during the update and wake it for the next rollout
+    vllm_sleep_mode: bool = False
 
 
 @dataclass

@@ -69,6 +69,17 @@ def validate(config: Config) -> None:
         raise ConfigError("every envs[i].weight must be > 0")
     if not config.rollout.temperature > 0.0:
         raise ConfigError(f"rollout.temperature must be > 0, got {config.rollout.temperature}")
+    if not 0.0 < config.model.vllm_gpu_memory_utilization <= 1.0:
+        raise ConfigError(
+            f"model.vllm_gpu_memory_utilization must be in (0, 1], got {config.model.vllm_gpu_memory_utilization}"
+        )
+    if config.model.vllm_cpu_kv_cache_gb < 1:
+        raise ConfigError(f"model.vllm_cpu_kv_cache_gb must be >= 1, got {config.model.vllm_cpu_kv_cache_gb}")
+    if config.model.backend == "vllm" and config.rollout.top_p < 1.0:
+        raise ConfigError(
+            f"model.backend=vllm needs rollout.top_p=1 (vLLM reports log-probs after top-p truncation), got "
+            f"{config.rollout.top_p}; set rollout.top_p=1 or model.backend=hf"
+        )
     if not 0.0 < config.rollout.top_p <= 1.0:
         raise ConfigError(f"rollout.top_p must be in (0, 1], got {config.rollout.top_p}")
     if not 0.0 <= config.filter.band_lo < config.filter.band_hi <= 1.0:

@@ -23,19 +23,18 @@ def resolve_preset(config: AlgorithmConfig) -> AlgorithmPreset:
 def load_policy(config: Config):
     from mirl.policy import HFPolicy
 
-    if config.model.backend != "hf":
-        raise NotImplementedError(
-            f"model.backend={config.model.backend!r} is not wired into the trainer yet (mirl.policy.vllm.VLLMPolicy "
-            "can sample for your own loops); use model.backend=hf"
-        )
-
-    return HFPolicy.load(
+    policy = HFPolicy.load(
         config.model.name,
         device=config.model.device,
         dtype=config.model.dtype,
         cache_dir=config.model.cache_dir,
         max_batch_tokens=config.diagnostics.max_batch_tokens,
     )
+    if config.model.backend == "vllm":
+        from mirl.policy.vllm import VLLMPolicy
+
+        return VLLMPolicy.from_config(policy, config)
+    return policy
 
 
 def _lora(model, config: Config):

@@ -191,6 +191,7 @@ def update(
     """``ppo_epochs`` passes of mini-batch steps over the batch; returns ``train/*`` metrics."""
     tally = _Tally()
     grad_norms, nonfinite = [], 0
+    _engine_hook(learner.policy, "sleep")  # a colocated generation engine frees its memory for the update
     actor_params = [p for p in learner.policy.model.parameters() if p.requires_grad]
     learner.policy.model.train()
     for _ in range(config.ppo_epochs):
@@ -202,6 +203,7 @@ def update(
             grad_norms.append(norm)
             nonfinite += not finite
     learner.policy.model.eval()
+    _engine_hook(learner.policy, "sync_weights")  # the generation engine samples from the updated weights
     finite_norms = [n for n in grad_norms if math.isfinite(n)]
     return tally.metrics() | {
         "train/grad_norm": sum(finite_norms) / max(1, len(finite_norms)),
@@ -209,3 +211,10 @@ def update(
         "train/optimizer_steps": float(len(grad_norms) - nonfinite),
         "train/response_tokens": float(tally.tokens // max(1, config.ppo_epochs)),
     }
+
+
+def _engine_hook(policy, name: str) -> None:
+    """Call ``policy.<name>()`` when the policy has a separate generation engine (the vLLM backend), else nothing."""
+    hook = getattr(policy, name, None)
+    if callable(hook):
+        hook()
