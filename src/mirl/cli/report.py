@@ -22,6 +22,12 @@ def _iterations(text: str) -> list[int]:
     return values
 
 
+def _count(text: str) -> int:
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return int(text)
+
+
 def register(subparsers) -> None:
     report = subparsers.add_parser(
         "report",
@@ -39,7 +45,7 @@ def register(subparsers) -> None:
     report.add_argument(
         "--family", default="est", help="diagnostics score family: est (per token, default), seq, za_est, ..."
     )
-    report.add_argument("--episodes", type=int, default=2, help="transcripts shown per chosen iteration")
+    report.add_argument("--episodes", type=_count, default=2, help="transcripts shown per chosen iteration")
     report.set_defaults(func=run_report)
 
     compare = subparsers.add_parser(
