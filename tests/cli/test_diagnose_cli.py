@@ -83,4 +83,9 @@ def test_missing_file_and_bad_pairs_exit_with_2(tmp_path, tiny_scorer, capsys):
     assert main(["diagnose", str(empty), "--pairs", "0"]) == 2
     assert main(["diagnose", str(empty)]) == 2
     assert "holds no JSON lines" in capsys.readouterr().err
-    assert tiny_scorer[0][0] == "smollm2-135m-instruct"  # the offline default
+    assert tiny_scorer == []  # the file is read before any model is loaded
+
+
+def test_the_offline_default_scores_when_no_model_is_named(rollouts, tiny_scorer):
+    assert main(["diagnose", str(rollouts), "--pairs", "4"]) == 0
+    assert tiny_scorer[0][0] == "smollm2-135m-instruct"

@@ -85,7 +85,7 @@ def test_mirl_records_are_read_with_groups_kept_apart_per_iteration(tmp_path):
         (["{not json"], "not valid JSON"),
         (["[1, 2]"], "expected a JSON object"),
         (['{"steps": []}'], "neither 'turns'"),
-        (['{"messages": [{"role": "robot", "content": "hi"}]}'], "line 1, message 0: expected"),
+        (['{"messages": [{"role": "robot", "content": "hi"}]}'], "bad.jsonl:1: message 0: expected"),
         (['{"messages": []}'], "'messages' must be a non-empty list"),
     ],
 )

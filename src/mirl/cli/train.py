@@ -25,7 +25,9 @@ def register(subparsers) -> None:
         help="validate a model or a run's last checkpoint on fixed instances",
         description="Run validation (success, return, pass@K, action validity per env) and print the results.",
     )
-    evaluate.add_argument("target", help="a run directory, a hub id, a local model directory or a .gguf file")
+    evaluate.add_argument(
+        "target", help="a run directory, RUN/checkpoints/iteration_N, a hub id, a local model directory or a .gguf file"
+    )
     evaluate.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. validation.num_instances=64")
     evaluate.add_argument("--config", help="YAML config for envs and validation (default: the run's own)")
     evaluate.add_argument("--out", help="write the metrics as JSON here")
@@ -43,6 +45,8 @@ def run_train(args: argparse.Namespace) -> int:
     import torch
 
     from mirl.config import load_config
+    from mirl.errors import UserError
+    from mirl.policy.sources import resolve_device
     from mirl.trainer import train
 
     if args.help_config:
@@ -53,9 +57,12 @@ def run_train(args: argparse.Namespace) -> int:
     path, overrides = _split(args.config, args.overrides)
     if args.resume:
         if path is not None:
-            raise SystemExit("--resume takes the run's own config.yaml; pass only key=value overrides")
+            raise UserError("--resume takes the run's own config.yaml; pass only key=value overrides")
+        if not Path(args.resume).is_dir():
+            raise UserError(f"run directory {args.resume!r} does not exist; pass runs/<name> of an earlier run")
         path = Path(args.resume) / "config.yaml"
     config = load_config(path, overrides)
+    resolve_device(config.model.device)  # an unavailable device fails before the run directory is made
     torch.manual_seed(config.trainer.seed)  # the one global seed; library code uses its own generators
     result = train(config, run_dir=args.resume, resume=bool(args.resume))
     print(f"\nrun directory: {result.run_dir}")
@@ -76,18 +83,19 @@ def run_eval(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from mirl.cli.models import load_run_policy
     from mirl.config import load_config
-    from mirl.trainer.run import load_trained_policy
+    from mirl.policy.sources import find_run_weights, resolve_device
     from mirl.trainer.setup import load_policy
     from mirl.trainer.validation import validate
 
-    target = Path(args.target)
-    is_run = (target / "config.yaml").is_file()
-    config_path = args.config or (target / "config.yaml" if is_run else None)
-    overrides = list(args.overrides) if is_run else [f"model.name={args.target}", *args.overrides]
+    found = find_run_weights(args.target)
+    config_path = args.config or (found.run_dir / "config.yaml" if found else None)
+    overrides = list(args.overrides) if found else [f"model.name={args.target}", *args.overrides]
     config = load_config(config_path, overrides)
+    resolve_device(config.model.device)  # an unavailable device fails before any weights are read
     torch.manual_seed(config.trainer.seed)
-    policy = load_trained_policy(target, config) if is_run else load_policy(config)
+    policy = load_run_policy(found.run_dir, found.checkpoint, config) if found else load_policy(config)
     metrics = validate(policy, config)
     table = Table(title=f"validation of {args.target}")
     table.add_column("metric")
