@@ -95,18 +95,22 @@ def load_policy(model: str, *, device: str, dtype: str, max_batch_tokens: int):
 
 def diagnose_records(path, fmt: str, records, policy, *, scopes, num_pairs, seed, mode, action_dependence) -> dict:
     """Diagnose checked records (``load_records``) with ``policy``; the JSON-ready report (without the model)."""
+    from mirl.cli.progress import work_bar
     from mirl.diagnostics.offline import diagnose, episodes_from_records, summary_rows
 
     episodes = episodes_from_records(fmt, records, policy.tokenizer)
-    metrics = diagnose(
-        policy,
-        episodes,
-        scopes=scopes,
-        num_pairs=num_pairs,
-        seed=seed,
-        mode=mode,
-        action_dependence=action_dependence,
-    )
+    plan = f"scoring {{total:,}} tokens ({mode} mode; {len(episodes)} episodes, up to {num_pairs} pairs per scope)"
+    with work_bar("scoring", "tokens", plan) as progress:
+        metrics = diagnose(
+            policy,
+            episodes,
+            scopes=scopes,
+            num_pairs=num_pairs,
+            seed=seed,
+            mode=mode,
+            action_dependence=action_dependence,
+            progress=progress,
+        )
     return {
         "rollouts": str(path),
         "episodes": len(episodes),

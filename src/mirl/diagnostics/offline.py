@@ -147,16 +147,24 @@ def diagnose(
     seed: int = 0,
     mode: str = "shared",
     action_dependence: bool = False,
+    progress=None,
 ) -> dict[str, float | str]:
     """``run_diagnostics`` on saved episodes with a fresh state and a generator seeded with ``seed``.
 
-    Returns the same catalogue keys as in training, plus ``time/scoring`` (wall seconds).
+    Returns the same catalogue keys as in training, plus ``time/scoring`` (wall seconds). ``progress(done,
+    total)`` is told the tokens scored (``run_diagnostics``).
     """
     config = DiagnosticsConfig(scopes=list(scopes), num_pairs=num_pairs, action_dependence=action_dependence)
     generator = torch.Generator().manual_seed(seed)
     start = time.perf_counter()
     out = run_diagnostics(
-        policy, episodes, config, DiagnosticsState.from_config(config), generator=generator, mode=mode
+        policy,
+        episodes,
+        config,
+        DiagnosticsState.from_config(config),
+        generator=generator,
+        mode=mode,
+        progress=progress,
     )
     out["time/scoring"] = time.perf_counter() - start
     return out
