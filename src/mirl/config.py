@@ -370,13 +370,14 @@ def _read_yaml(path: Path):
         text = path.read_text(encoding="utf-8")
         if any(isinstance(token, yaml.AliasToken) for token in yaml.scan(text)):
             raise ConfigError(f"config file {str(path)!r} uses YAML aliases (*name); write the values out")
+        mapping = isinstance(yaml.compose(text), yaml.MappingNode)  # OmegaConf reads a bare word as a key
         loaded = OmegaConf.load(path)
     except (OmegaConfBaseException, yaml.YAMLError, UnicodeDecodeError) as err:
         reason = " ".join(str(err).split())
         raise ConfigError(f"config file {str(path)!r} is not valid YAML: {reason}") from None
     if not text.strip():
         raise ConfigError(f"config file {str(path)!r} is empty; pass a preset such as configs/quickstart.yaml")
-    if not OmegaConf.is_dict(loaded):
+    if not mapping or not OmegaConf.is_dict(loaded):
         raise ConfigError(f"config file {str(path)!r} must hold a mapping of keys (e.g. rollout: {{group_size: 8}})")
     return loaded
 

@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     for name in COMMAND_MODULES:
         importlib.import_module(f"mirl.cli.{name}").register(subparsers)
+    parser.commands = subparsers.choices
     for sub in subparsers.choices.values():
         # SUPPRESS: a sub-command that was not given --debug leaves the top-level value in place
         sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
@@ -61,7 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     from mirl.errors import USER_ERRORS
 
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # said by the sub-command's parser, so the line starts with ``mirl <command>:``
+        command = parser.commands.get(getattr(args, "command", None) or "", parser)
+        command.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "func", None):
         parser.print_help()
         return 0

@@ -59,12 +59,14 @@ def scopes_of(choices: list[str] | None) -> list[str]:
 
 def run_diagnose(args: argparse.Namespace) -> int:
     """Check the arguments and read the whole rollout file first, then load the model and score."""
+    from mirl.cli.paths import check_output_file
     from mirl.diagnostics.records import load_records
     from mirl.errors import UserError
 
     for flag, value in (("--pairs", args.pairs), ("--max-batch-tokens", args.max_batch_tokens)):
         if value < 1:
             raise UserError(f"{flag} must be >= 1, got {value}")
+    check_output_file(args.out)
     fmt, records = load_records(args.rollouts)  # a bad file fails here, before a model is loaded
     policy = load_policy(args.model, device=args.device, dtype=args.dtype, max_batch_tokens=args.max_batch_tokens)
     report = diagnose_records(

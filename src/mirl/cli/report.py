@@ -1,7 +1,8 @@
 """``mirl report RUN_DIR`` and ``mirl compare RUN_A RUN_B ...``: HTML reports from run directories.
 
 Both commands print where they wrote, every piece of data they could not find, and how long they took; they
-exit 0 with a partial report when files are missing and 2 only when a run directory does not exist.
+exit 0 with a partial report when files are missing or lines are malformed (each listed with its line number), and
+2 when a path is not a run directory or ``--out`` cannot be a file.
 """
 
 from __future__ import annotations
@@ -70,8 +71,11 @@ def _print_result(result, what: str) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
+    from mirl.cli.paths import check_output_file, check_run_directory
     from mirl.report import build_report
 
+    check_run_directory(args.run_dir)
+    check_output_file(args.out)
     try:
         result = build_report(
             args.run_dir, args.out, iterations=args.iterations, family=args.family, episodes=args.episodes
@@ -84,8 +88,12 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def run_compare(args: argparse.Namespace) -> int:
+    from mirl.cli.paths import check_output_file, check_run_directory
     from mirl.report import build_comparison
 
+    for run_dir in args.run_dirs:
+        check_run_directory(run_dir)
+    check_output_file(args.out or "compare.html")
     try:
         result = build_comparison(args.run_dirs, args.out, labels=args.labels, scope=args.scope, family=args.family)
     except (FileNotFoundError, ValueError) as error:

@@ -44,6 +44,7 @@ def _split(config: str | None, overrides: list[str]) -> tuple[str | None, list[s
 def run_train(args: argparse.Namespace) -> int:
     import torch
 
+    from mirl.cli.paths import check_run_directory
     from mirl.config import load_config
     from mirl.errors import UserError
     from mirl.policy.sources import resolve_device
@@ -58,9 +59,7 @@ def run_train(args: argparse.Namespace) -> int:
     if args.resume:
         if path is not None:
             raise UserError("--resume takes the run's own config.yaml; pass only key=value overrides")
-        if not Path(args.resume).is_dir():
-            raise UserError(f"run directory {args.resume!r} does not exist; pass runs/<name> of an earlier run")
-        path = Path(args.resume) / "config.yaml"
+        path = check_run_directory(args.resume) / "config.yaml"
     config = load_config(path, overrides)
     resolve_device(config.model.device)  # an unavailable device fails before the run directory is made
     torch.manual_seed(config.trainer.seed)  # the one global seed; library code uses its own generators
@@ -84,11 +83,14 @@ def run_eval(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from mirl.cli.models import load_run_policy
+    from mirl.cli.paths import check_output_file
+    from mirl.cli.progress import work_bar
     from mirl.config import load_config
     from mirl.policy.sources import find_run_weights, resolve_device
     from mirl.trainer.setup import load_policy
     from mirl.trainer.validation import validate
 
+    check_output_file(args.out)
     found = find_run_weights(args.target)
     config_path = args.config or (found.run_dir / "config.yaml" if found else None)
     overrides = list(args.overrides) if found else [f"model.name={args.target}", *args.overrides]
@@ -96,7 +98,10 @@ def run_eval(args: argparse.Namespace) -> int:
     resolve_device(config.model.device)  # an unavailable device fails before any weights are read
     torch.manual_seed(config.trainer.seed)
     policy = load_run_policy(found.run_dir, found.checkpoint, config) if found else load_policy(config)
-    metrics = validate(policy, config)
+    episodes = len(config.envs) * config.validation.num_instances * config.validation.group_size
+    plan = f"validating {episodes} episodes (group size {config.validation.group_size}, max_turns {{total}})"
+    with work_bar("validation", "turns", plan) as progress:
+        metrics = validate(policy, config, progress=progress)
     table = Table(title=f"validation of {args.target}")
     table.add_column("metric")
     table.add_column("value", justify="right")

@@ -183,6 +183,7 @@ def resolve_model(name: str, cache_dir: str | os.PathLike | None = None) -> tupl
             "mirl.trainer.run.load_trained_policy (mirl eval and mirl diagnose --model accept it)"
         )
     if path.is_dir():
+        _require_model_files(path, name)
         return str(path), {}
     if name.lower().endswith(".gguf"):
         if not path.is_file():
@@ -196,6 +197,18 @@ def resolve_model(name: str, cache_dir: str | os.PathLike | None = None) -> tupl
     raise ValueError(
         f"unknown model {name!r}: expected a hub id 'org/name', an existing directory, a .gguf file, or one of "
         f"{', '.join(BUILTINS)}"
+    )
+
+
+def _require_model_files(path: Path, name: str) -> None:
+    """A local model directory holds ``config.json`` (a model) or ``adapter_config.json`` (a PEFT adapter)."""
+    if (path / "config.json").is_file() or (path / "adapter_config.json").is_file():
+        return
+    if path.parent.name == "checkpoints":
+        raise ValueError(f"checkpoint {name!r} is incomplete (no state.pt); pass an older checkpoint or the run")
+    raise ValueError(
+        f"directory {name!r} holds no model (no config.json); pass a model directory written by save_pretrained, "
+        "a run directory, RUN/checkpoints/iteration_N, a hub id or a .gguf file"
     )
 
 

@@ -1,0 +1,85 @@
+"""Progress of the long steps inside an iteration: the scoring of the diagnostics and validation each draw a bar
+under the training bar whose total is known before the first piece of work, and which ends at that total."""
+
+import io
+
+from rich.console import Console
+
+from mirl.trainer import train
+from mirl.trainer.sinks import Sinks
+from mirl.trainer.validation import validate
+
+
+def _assert_bar(calls):
+    """First call ``(0, total)`` with the total already known; done never falls; the last call is ``(total, total)``."""
+    total = calls[0][1]
+    assert calls[0] == (0, total) and total > 0
+    assert all(t == total for _, t in calls), calls
+    done = [d for d, _ in calls]
+    assert done == sorted(done) and done[-1] == total, calls
+
+
+def test_validation_counts_turns_up_front(formatted_policy, run_config):
+    config = run_config("val", "validation.num_instances=2", "rollout.max_turns=3")
+    calls = []
+    metrics = validate(formatted_policy, config, progress=lambda done, total: calls.append((done, total)))
+    _assert_bar(calls)
+    assert calls[0] == (0, 3) and 0.0 <= metrics["val/success"] <= 1.0
+    assert validate(formatted_policy, config) == metrics  # the callback changes no number
+
+
+def test_training_draws_scoring_and_validation_bars(formatted_policy, run_config, monkeypatch):
+    bars = []
+    work = Sinks.work
+
+    def recording_work(self, label, unit):
+        calls = []
+        bars.append((label, unit, calls))
+        context = work(self, label, unit)
+
+        class Recorder:
+            def __enter__(self):
+                update = context.__enter__()
+                assert update is not None  # progress is on in this run
+
+                def record(done, total):
+                    calls.append((done, total))
+                    update(done, total)
+
+                return record
+
+            def __exit__(self, *exc):
+                return context.__exit__(*exc)
+
+        return Recorder()
+
+    monkeypatch.setattr(Sinks, "work", recording_work)
+    config = run_config(
+        "bars",
+        "envs=[{name: frozenlake}]",  # prompts that differ, so the diagnostics have something to score
+        "trainer.iterations=1",
+        "logging.progress=true",
+        "diagnostics.num_pairs=6",
+        "validation.every=1",
+        "validation.num_instances=2",
+    )
+    console = Console(file=io.StringIO(), width=100)
+    train(config, policy=formatted_policy, console=console)
+    assert [(label, unit) for label, unit, _ in bars] == [("scoring", "tokens"), ("validation", "turns")]
+    for _, _, calls in bars:
+        _assert_bar(calls)
+
+
+def test_work_bar_is_removed_and_off_without_progress(tmp_path, run_config):
+    config = run_config("off", "logging.progress=true")
+    sinks = Sinks(tmp_path, config.logging, total=3, start=0, console=Console(file=io.StringIO()))
+    with sinks.work("scoring", "tokens") as update:
+        update(0, 10)
+        update(10, 10)
+        assert len(sinks.progress.tasks) == 2
+    assert len(sinks.progress.tasks) == 1  # only the training bar is left
+    sinks.close()
+    quiet = Sinks(tmp_path, run_config("quiet").logging, total=3, start=0)
+    with quiet.work("scoring", "tokens") as update:
+        assert update is None
+    quiet.close()
