@@ -98,6 +98,11 @@ def test_every_shipped_config_loads(path):
         ("trainer.early_stop.spread_fraction=2", r"trainer.early_stop.spread_fraction must be .* in \[0, 1\]"),
         ("rollout.top_p=0", r"rollout.top_p must be a finite number in \(0, 1\]"),
         ("validation.every=-2", r"validation.every must be a finite number >= -1"),
+        ("trainer.seed=99999999999999999999", r"trainer.seed must be a finite number in \[0, 2147483647\]"),
+        ("diagnostics.scopes=[]", r"diagnostics.scopes must list at least one of .* diagnostics.enabled=false"),
+        ("diagnostics.scopes=[trajectory,trajectory]", r"diagnostics.scopes lists a scope twice"),
+        ("model.critic_name=''", r"model.critic_name must be a non-empty string when set"),
+        ("model.cache_dir=' '", r"model.cache_dir must be a non-empty string when set"),
     ],
 )
 def test_every_field_is_range_checked(override, message):

@@ -52,14 +52,20 @@ class Range:
         return math.isfinite(value) and above and below
 
     def __str__(self) -> str:
-        """``>= 1``, ``> 0`` or ``in [0, 1)``.
+        """``>= 1``, ``> 0`` or ``in [0, 1)``; whole-number bounds are written out in full.
 
-        >>> str(Range(1)), str(Range(0, lo_open=True)), str(Range(0, 1, hi_open=True))
-        ('>= 1', '> 0', 'in [0, 1)')
+        >>> str(Range(1)), str(Range(0, lo_open=True)), str(Range(0, 1, hi_open=True)), str(Range(0, 2**31 - 1))
+        ('>= 1', '> 0', 'in [0, 1)', 'in [0, 2147483647]')
         """
+        lo, hi = _bound(self.lo), _bound(self.hi)
         if self.hi == INF:
-            return f"{'>' if self.lo_open else '>='} {self.lo:g}"
-        return f"in {'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}{')' if self.hi_open else ']'}"
+            return f"{'>' if self.lo_open else '>='} {lo}"
+        return f"in {'(' if self.lo_open else '['}{lo}, {hi}{')' if self.hi_open else ']'}"
+
+
+def _bound(value: float) -> str:
+    """A bound as written in a message: ``2147483647`` rather than ``2.14748e+09``, ``0.5`` and ``-inf`` as is."""
+    return str(int(value)) if math.isfinite(value) and float(value).is_integer() else f"{value:g}"
 
 
 POSITIVE, NON_NEGATIVE, PROBABILITY = Range(0, lo_open=True), Range(0), Range(0, 1)
@@ -117,7 +123,7 @@ RANGES: dict[str, Range] = {
     "validation.temperature": POSITIVE,
     "logging.rollout_sample_groups": NON_NEGATIVE,
     "trainer.iterations": AT_LEAST_ONE,
-    "trainer.seed": NON_NEGATIVE,
+    "trainer.seed": Range(0, 2**31 - 1),  # seed * 1_000_003 + iteration must fit a torch generator's 64-bit seed
     "trainer.checkpoint_every": NON_NEGATIVE,
     "trainer.keep_checkpoints": AT_LEAST_ONE,
     "trainer.early_stop.max_empty_steps": NON_NEGATIVE,
@@ -205,8 +211,16 @@ def _check_relations(config: Config) -> None:
 
 
 def _check_lists(config: Config) -> None:
-    for scope in config.diagnostics.scopes:
+    scopes = config.diagnostics.scopes
+    for scope in scopes:
         check_choice("diagnostics.scopes entries", scope, SCOPES)
+    if len(set(scopes)) != len(scopes):
+        raise ConfigError(f"diagnostics.scopes lists a scope twice, got {list(scopes)}; list each once")
+    if config.diagnostics.enabled and not scopes:
+        raise ConfigError(
+            "diagnostics.scopes must list at least one of " + ", ".join(SCOPES) + " while diagnostics.enabled=true; "
+            "e.g. diagnostics.scopes=[first_turn,trajectory], or set diagnostics.enabled=false"
+        )
     if not config.diagnostics.ks:
         raise ConfigError("diagnostics.ks must list at least one cut-off k >= 1, e.g. diagnostics.ks=[1,2,4,8]")
     for k in config.diagnostics.ks:
@@ -224,6 +238,9 @@ def _check_names(config: Config) -> None:
     for key in ("model.name", "trainer.output_dir", "logging.wandb_project"):
         if not str(_get(config, key)).strip():
             raise ConfigError(f"{key} must be a non-empty string; the default is {_default(key)!r}")
+    for key in ("model.cache_dir", "model.critic_name"):  # None = not set
+        if _get(config, key) is not None and not str(_get(config, key)).strip():
+            raise ConfigError(f"{key} must be a non-empty string when set; leave it out to use the default")
     if not _DEVICE.fullmatch(config.model.device):
         raise ConfigError(
             f"model.device must be auto, cpu, mps, cuda, cuda:N, xpu or xpu:N, got {config.model.device!r}"
