@@ -153,6 +153,19 @@ def test_chat_records_are_checked_with_line_and_field(tmp_path, extra, message):
         load_records(path)
 
 
+def test_token_ids_past_the_scorers_vocabulary_are_named_with_their_line(tmp_path):
+    """Rollouts written with a bigger tokenizer would index past the embedding table; the error comes first."""
+    vocab = len(TOK)
+    bad = _record(turn__response_ids=[vocab], turn__response_logprobs=[0.0], turn__reasoning_span=None)
+    path = tmp_path / "other.jsonl"
+    path.write_text(json.dumps(_record()) + "\n\n" + json.dumps(bad) + "\n", encoding="utf-8")  # a blank line 2
+    message = f"other.jsonl:3: field 'turns\\[0\\].response_ids' holds token id {vocab}, but the scorer's tokenizer"
+    with pytest.raises(InputFileError, match=message):
+        read_rollouts(path, TOK)
+    edge = _record(turn__response_ids=[vocab - 1], turn__response_logprobs=[0.0], turn__reasoning_span=None)
+    assert len(read_rollouts(write_jsonl(tmp_path / "ok.jsonl", [edge]), TOK)) == 1  # the last id is fine
+
+
 def test_a_good_file_loads_without_a_tokenizer(tmp_path, chat_file):
     assert load_records(chat_file)[0] == "chat" and len(load_records(chat_file)[1]) == 4
     path = write_episodes(tmp_path / "r.jsonl", grid_episodes(num_groups=2, samples=2, num_turns=2))

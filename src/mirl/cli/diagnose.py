@@ -100,7 +100,7 @@ def diagnose_records(path, fmt: str, records, policy, *, scopes, num_pairs, seed
     from mirl.cli.progress import work_bar
     from mirl.diagnostics.offline import diagnose, episodes_from_records, summary_rows
 
-    episodes = episodes_from_records(fmt, records, policy.tokenizer)
+    episodes = episodes_from_records(fmt, records, policy.tokenizer, path=path)
     plan = f"scoring {{total:,}} tokens ({mode} mode; {len(episodes)} episodes, up to {num_pairs} pairs per scope)"
     with work_bar("scoring", "tokens", plan) as progress:
         metrics = diagnose(

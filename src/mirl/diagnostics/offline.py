@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import torch
 
 from mirl.config import DiagnosticsConfig
-from mirl.diagnostics.records import check_chat_record, load_records
+from mirl.diagnostics.records import check_chat_record, check_token_ids, load_records
 from mirl.diagnostics.run import DiagnosticsState, run_diagnostics
 from mirl.errors import InputFileError
 from mirl.types import EnvSpec, Episode, Turn
@@ -43,14 +43,16 @@ def read_rollouts(path: str | os.PathLike, tokenizer) -> list[Episode]:
     with its number and field before any tokenizing; call ``load_records`` yourself to check before loading a
     model, then :func:`episodes_from_records`.
     """
-    return episodes_from_records(*load_records(path), tokenizer)
+    return episodes_from_records(*load_records(path), tokenizer, path=path)
 
 
-def episodes_from_records(fmt: str, records: Sequence[dict], tokenizer) -> list[Episode]:
-    """Checked records (``load_records``) -> episodes: ``fmt`` is ``"mirl"`` or ``"chat"``."""
+def episodes_from_records(fmt: str, records: Sequence[dict], tokenizer, path=None) -> list[Episode]:
+    """Checked records (``load_records``) -> episodes: ``fmt`` is ``"mirl"`` or ``"chat"``. mirl records must
+    hold only ids the tokenizer has (``check_token_ids``; ``path`` words the error with the line number)."""
     if fmt == "chat":
         return read_chat_records(records, tokenizer)
     if fmt == "mirl":
+        check_token_ids(records, len(tokenizer), path)
         return _mirl_episodes(records)
     raise ValueError(f"fmt must be 'mirl' or 'chat', got {fmt!r}")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +157,33 @@ def check_episode_record(record: dict) -> str | None:
         if span is not None and not 0 <= span[0] <= span[1] <= length:
             return f"field 'turns[{t}].reasoning_span' must satisfy 0 <= start <= end <= {length}, got {span}"
     return None
+
+
+def check_token_ids(records: Sequence[dict], vocab_size: int, path: str | os.PathLike | None = None) -> None:
+    """Raise :class:`InputFileError` when a mirl record holds a token id the scorer's tokenizer does not have
+    (ids in ``[0, vocab_size)``): the rollouts were written with another tokenizer, and scoring them would index
+    past the embedding table. The message names the line (``path`` given) or the record, the field and the fix.
+    """
+    for index, record in enumerate(records):
+        fields = [("system_prompt_ids", record["system_prompt_ids"])]
+        for t, turn in enumerate(record["turns"]):
+            fields += [
+                (f"turns[{t}].context_ids", turn["context_ids"]),
+                (f"turns[{t}].response_ids", turn["response_ids"]),
+            ]
+        for name, ids in fields:
+            if ids and max(ids) >= vocab_size:
+                where = f"{path}:{_line_of(path, index)}" if path is not None else f"record {index + 1}"
+                raise InputFileError(
+                    f"{where}: field '{name}' holds token id {max(ids)}, but the scorer's tokenizer has "
+                    f"{vocab_size} tokens; these rollouts were written with another tokenizer, so score them with "
+                    "the model that wrote them (e.g. --model RUN)"
+                )
+
+
+def _line_of(path: str | os.PathLike, index: int) -> int:
+    """The 1-based line number of the ``index``-th non-blank line of ``path`` (re-read only to word an error)."""
+    return _read_lines(Path(path))[index][0]
 
 
 def check_chat_record(record: dict) -> str | None:
