@@ -1,5 +1,6 @@
-"""Progress of the long steps inside an iteration: the scoring of the diagnostics and validation each draw a bar
-under the training bar whose total is known before the first piece of work, and which ends at that total."""
+"""Progress of the long steps inside an iteration: the rollout, the scoring of the diagnostics and validation each
+draw a bar under the training bar whose total is known before the first piece of work, and which ends at that
+total."""
 
 import io
 
@@ -28,7 +29,7 @@ def test_validation_counts_turns_up_front(formatted_policy, run_config):
     assert validate(formatted_policy, config) == metrics  # the callback changes no number
 
 
-def test_training_draws_scoring_and_validation_bars(formatted_policy, run_config, monkeypatch):
+def test_training_draws_rollout_scoring_and_validation_bars(formatted_policy, run_config, monkeypatch):
     bars = []
     work = Sinks.work
 
@@ -65,7 +66,8 @@ def test_training_draws_scoring_and_validation_bars(formatted_policy, run_config
     )
     console = Console(file=io.StringIO(), width=100)
     train(config, policy=formatted_policy, console=console)
-    assert [(label, unit) for label, unit, _ in bars] == [("scoring", "tokens"), ("validation", "turns")]
+    expected = [("rollout", "turns"), ("scoring", "tokens"), ("validation", "turns")]
+    assert [(label, unit) for label, unit, _ in bars] == expected
     for _, _, calls in bars:
         _assert_bar(calls)
 
@@ -83,3 +85,22 @@ def test_work_bar_is_removed_and_off_without_progress(tmp_path, run_config):
     with quiet.work("scoring", "tokens") as update:
         assert update is None
     quiet.close()
+
+
+def test_rollout_counts_turns_across_refill_rounds(formatted_policy, run_config):
+    """With dynamic sampling every refill round adds ``max_turns`` to the total; done never falls."""
+    from mirl.trainer.stages import collect
+
+    config = run_config(
+        "refill",
+        "rollout.max_turns=2",
+        "algorithm.dynamic_sampling=true",
+        "algorithm.dynamic_sampling_max_rounds=2",
+    )
+    calls = []
+    episodes, rounds = collect(formatted_policy, config, 1, 11, progress=lambda d, t: calls.append((d, t)))
+    assert rounds >= 1, "the tiny policy leaves a zero-spread group, so at least one refill round runs"
+    assert calls[0] == (0, 2) and calls[-1] == (2 * (rounds + 1), 2 * (rounds + 1))
+    done = [d for d, _ in calls]
+    assert done == sorted(done) and all(d <= t for d, t in calls)
+    assert collect(formatted_policy, config, 1, 11) == (episodes, rounds)  # the callback changes no episode

@@ -99,12 +99,12 @@ def train(
 def run_iteration(
     policy, learner, preset, config: Config, state: TrainState, run_dir: Path, sinks: Sinks | None = None
 ):
-    """One iteration; returns its metrics and a stop reason (or None). ``sinks`` draws the scoring and validation
-    bars (none without it)."""
+    """One iteration; returns its metrics and a stop reason (or None). ``sinks`` draws the rollout, scoring and
+    validation bars (none without it)."""
     iteration, seed, timer = state.iteration, iteration_seed(config, state.iteration), Timer()
     P, K = config.rollout.prompts_per_iteration, config.rollout.group_size
-    with timer("rollout"):
-        episodes, refills = stages.collect(policy, config, iteration, sampling_seed=seed)
+    with timer("rollout"), _work(sinks, "rollout", "turns") as progress:
+        episodes, refills = stages.collect(policy, config, iteration, sampling_seed=seed, progress=progress)
     returns = stages.group_returns(episodes, P, K)  # (P, K)
     metrics = stages.rollout_metrics(episodes) | {"rollout/refill_rounds": float(refills)}
     if config.diagnostics.enabled and is_scheduled(iteration, config.diagnostics.every):

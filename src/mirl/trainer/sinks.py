@@ -1,6 +1,6 @@
 """Where metrics go: metrics.jsonl (always), TensorBoard (when installed), Weights & Biases (on request), and a
-rich progress bar with ETA and the headline metrics on the console. Long steps inside an iteration (scoring for the
-diagnostics, validation) get a second bar under it for as long as they run (:meth:`Sinks.work`).
+rich progress bar with ETA and the headline metrics on the console. Long steps inside an iteration (rollout, scoring
+for the diagnostics, validation) get a second bar under it for as long as they run (:meth:`Sinks.work`).
 
 Every key handed to :meth:`Sinks.log` must be in the catalogue (:mod:`mirl.trainer.metrics`); an unknown key is a
 programming error and raises, so the catalogue can never fall behind the code.

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from mirl.config import Config
 from mirl.rollout import run_episodes
 from mirl.trainer.specs import validation_specs
+from mirl.trainer.stages import turn_progress
 from mirl.types import Episode
 
 VALIDATION_SAMPLING_SEED = 7_777_777  # identical samples at every validation of every run with the same weights
@@ -25,7 +26,7 @@ def validate(policy, config: Config, progress: Callable[[int, int], None] | None
     turns = rollout.max_turns
     if progress is not None:
         progress(0, turns)
-    played = None if progress is None else (lambda turn, active, total: progress(turn + 1, turns))
+    played = turn_progress(progress, 0, turns)
     episodes = run_episodes(policy, specs, K, rollout, sampling_seed=VALIDATION_SAMPLING_SEED, progress=played)
     if progress is not None:
         progress(turns, turns)
