@@ -2,6 +2,7 @@
 
 import doctest
 import json
+import re
 
 import pytest
 
@@ -54,7 +55,10 @@ def test_diagnose_prints_a_table_and_writes_json(rollouts, tmp_path, tiny_scorer
     ]
     assert main(argv) == 0
     assert tiny_scorer == [("tiny-test", {"device": "auto", "dtype": "auto", "max_batch_tokens": 8192})]
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
+    # said up front on stderr, before the bar: the tokens to score, the mode, episodes and pairs
+    assert re.search(r"scoring [\d,]+ tokens \(shared mode; 6 episodes, up to 8 pairs per scope\)", captured.err)
     for text in ("first_turn", "trajectory", "turn1", "turn2", "MI-Est", "retrieval@1", "H(Z|X)", "regime"):
         assert text in printed
     report = json.loads(out_file.read_text())

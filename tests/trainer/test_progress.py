@@ -2,10 +2,13 @@
 draw a bar under the training bar whose total is known before the first piece of work, and which ends at that
 total."""
 
+import dataclasses
 import io
 
+import pytest
 from rich.console import Console
 
+from mirl.config import ConfigError
 from mirl.trainer import train
 from mirl.trainer.sinks import Sinks
 from mirl.trainer.validation import validate
@@ -104,3 +107,15 @@ def test_rollout_counts_turns_across_refill_rounds(formatted_policy, run_config)
     done = [d for d, _ in calls]
     assert done == sorted(done) and all(d <= t for d, t in calls)
     assert collect(formatted_policy, config, 1, 11) == (episodes, rounds)  # the callback changes no episode
+
+
+def test_train_checks_a_config_built_in_python(tmp_path, formatted_policy, run_config):
+    """``train`` applies load_config's checks to a Config changed in Python, before anything is written."""
+    config = run_config("python")
+    for changes, message in (
+        ({"trainer": dataclasses.replace(config.trainer, name="../../escaped")}, "trainer.name must be one path"),
+        ({"algorithm": dataclasses.replace(config.algorithm, actor_lr=float("inf"))}, "algorithm.actor_lr must be"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            train(dataclasses.replace(config, **changes), policy=formatted_policy)
+    assert not (tmp_path / "python").exists() and not (tmp_path.parent.parent / "escaped").exists()

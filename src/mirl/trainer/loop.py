@@ -51,7 +51,14 @@ def iteration_seed(config: Config, iteration: int) -> int:
 def train(
     config: Config, *, policy=None, run_dir: str | Path | None = None, resume: bool = False, console=None
 ) -> RunResult:
-    """Train ``config.trainer.iterations`` iterations (or continue a run with ``resume=True``)."""
+    """Train ``config.trainer.iterations`` iterations (or continue a run with ``resume=True``).
+
+    ``config`` is checked as ``load_config`` checks it (a Config built or changed in Python gets the same range and
+    choice checks) before anything is written.
+    """
+    from mirl.config_checks import validate
+
+    validate(config)
     run_dir = Path(run_dir) if run_dir is not None else run_directory(config)
     prepare(run_dir, config, resume)
     policy = policy if policy is not None else load_policy(config)
