@@ -6,6 +6,7 @@ real argument parser (``mirl.cli.main``) and fails before any model is loaded, s
 """
 
 import json
+import re
 import subprocess
 import sys
 
@@ -182,3 +183,24 @@ def test_report_and_compare_list_malformed_lines_and_go_on(files, capsys):
         assert code == 0 and "Traceback" not in out + err
         assert "metrics.jsonl line 2: not a JSON object, skipped" in out
         assert "config.yaml is not valid YAML" in out
+
+
+DEBUG_CASES = (
+    "train bad key",
+    "eval missing config",
+    "diagnose missing keys",
+    "report not a run",
+    "compare file",
+    "envs unknown env",
+    "play out of range",
+)
+
+
+@pytest.mark.parametrize("case", DEBUG_CASES)
+def test_debug_shows_the_traceback_for_every_command(case, files):
+    """``--debug`` (before or after the command) lets the exception through, so Python prints its traceback."""
+    argv = [arg.replace("{tmp}", str(files)) for arg in CASES[case][0]]
+    for debug_argv in (["--debug", *argv], [*argv, "--debug"]):
+        with pytest.raises(Exception, match=re.escape(CASES[case][1])) as raised:
+            main(debug_argv)
+        assert not isinstance(raised.value, SystemExit)
