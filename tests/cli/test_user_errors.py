@@ -191,6 +191,7 @@ DEBUG_CASES = (
     "diagnose missing keys",
     "report not a run",
     "compare file",
+    "compare labels",
     "envs unknown env",
     "play out of range",
 )

@@ -8,7 +8,6 @@ exit 0 with a partial report when files are missing or lines are malformed (each
 from __future__ import annotations
 
 import argparse
-import sys
 
 
 def _iterations(text: str) -> list[int]:
@@ -72,6 +71,7 @@ def _print_result(result, what: str) -> None:
 
 def run_report(args: argparse.Namespace) -> int:
     from mirl.cli.paths import check_output_file, check_run_directory
+    from mirl.errors import UserError
     from mirl.report import build_report
 
     check_run_directory(args.run_dir)
@@ -80,9 +80,8 @@ def run_report(args: argparse.Namespace) -> int:
         result = build_report(
             args.run_dir, args.out, iterations=args.iterations, family=args.family, episodes=args.episodes
         )
-    except FileNotFoundError as error:
-        print(f"mirl report: {error}; pass the path of a run directory such as runs/<name>", file=sys.stderr)
-        return 2
+    except FileNotFoundError as error:  # one line from mirl.cli.main, or the traceback with --debug
+        raise UserError(f"{error}; pass the path of a run directory such as runs/<name>") from error
     _print_result(result, "report")
     return 0
 
@@ -94,10 +93,7 @@ def run_compare(args: argparse.Namespace) -> int:
     for run_dir in args.run_dirs:
         check_run_directory(run_dir)
     check_output_file(args.out or "compare.html")
-    try:
-        result = build_comparison(args.run_dirs, args.out, labels=args.labels, scope=args.scope, family=args.family)
-    except (FileNotFoundError, ValueError) as error:
-        print(f"mirl compare: {error}", file=sys.stderr)
-        return 2
+    # a FileNotFoundError or ValueError is a user error: one line from mirl.cli.main, the traceback with --debug
+    result = build_comparison(args.run_dirs, args.out, labels=args.labels, scope=args.scope, family=args.family)
     _print_result(result, "comparison")
     return 0
