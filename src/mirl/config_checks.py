@@ -1,13 +1,24 @@
-"""Invariants of the config that types cannot express (``mirl.config.load_config`` calls :func:`validate`)."""
+"""Invariants of the config that types cannot express (``mirl.config.load_config`` calls :func:`validate`).
+
+Every field has a check: a choice (:data:`CHOICES`), a numeric range (:data:`RANGES`, NaN and inf always
+refused) or one of the structural checks below (environments and their options, run name, device, scopes).
+A failure raises :class:`~mirl.config.ConfigError` naming the key, the allowed values, the value received and
+the default to fall back on.
+"""
 
 from __future__ import annotations
 
 import difflib
+import math
+import re
+from dataclasses import dataclass
 from typing import Any
 
 from mirl.config import Config, ConfigError
 
-_CHOICES = {
+INF = math.inf
+
+CHOICES: dict[str, tuple[str, ...]] = {
     "algorithm.preset": ("ppo", "dapo", "grpo", "dr_grpo"),
     "algorithm.kl_kind": ("k1", "k2", "k3"),
     "algorithm.loss_scaling": ("none", "linear", "sqrt"),
@@ -21,68 +32,181 @@ _CHOICES = {
     "diagnostics.columns": ("sampled", "all"),
     "logging.save_rollouts": ("all", "sample", "none"),
 }
+# None is also allowed for these (None = the preset's value)
+OPTIONAL_CHOICES: dict[str, tuple[str, ...]] = {
+    "algorithm.agg": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"),
+}
 
 
-def _get(config: Config, key: str) -> Any:
+@dataclass(frozen=True)
+class Range:
+    """Allowed interval of a numeric key: ``lo`` and ``hi`` inclusive unless ``lo_open`` / ``hi_open``."""
+
+    lo: float
+    hi: float = INF
+    lo_open: bool = False
+    hi_open: bool = False
+
+    def holds(self, value: float) -> bool:
+        above = value > self.lo if self.lo_open else value >= self.lo
+        below = value < self.hi if self.hi_open else value <= self.hi
+        return math.isfinite(value) and above and below
+
+    def __str__(self) -> str:
+        """``>= 1``, ``> 0`` or ``in [0, 1)``; whole-number bounds are written out in full.
+
+        >>> str(Range(1)), str(Range(0, lo_open=True)), str(Range(0, 1, hi_open=True)), str(Range(0, 2**31 - 1))
+        ('>= 1', '> 0', 'in [0, 1)', 'in [0, 2147483647]')
+        """
+        lo, hi = _bound(self.lo), _bound(self.hi)
+        if self.hi == INF:
+            return f"{'>' if self.lo_open else '>='} {lo}"
+        return f"in {'(' if self.lo_open else '['}{lo}, {hi}{')' if self.hi_open else ']'}"
+
+
+def _bound(value: float) -> str:
+    """A bound as written in a message: ``2147483647`` rather than ``2.14748e+09``, ``0.5`` and ``-inf`` as is."""
+    return str(int(value)) if math.isfinite(value) and float(value).is_integer() else f"{value:g}"
+
+
+POSITIVE, NON_NEGATIVE, PROBABILITY = Range(0, lo_open=True), Range(0), Range(0, 1)
+AT_LEAST_ONE = Range(1)
+
+# Keys whose value None is allowed (None = "use the preset's / env's value") are checked only when set.
+RANGES: dict[str, Range] = {
+    "model.lora_rank": NON_NEGATIVE,
+    "model.lora_alpha": POSITIVE,
+    "model.vllm_gpu_memory_utilization": Range(0, 1, lo_open=True),
+    "model.vllm_cpu_kv_cache_gb": AT_LEAST_ONE,
+    "rollout.prompts_per_iteration": AT_LEAST_ONE,
+    "rollout.group_size": AT_LEAST_ONE,
+    "rollout.max_turns": AT_LEAST_ONE,
+    "rollout.max_actions_per_turn": AT_LEAST_ONE,
+    "rollout.action_budget": AT_LEAST_ONE,
+    "rollout.format_penalty": Range(-INF),
+    "rollout.max_new_tokens": AT_LEAST_ONE,
+    "rollout.temperature": POSITIVE,
+    "rollout.top_p": Range(0, 1, lo_open=True),
+    "rollout.context_window": AT_LEAST_ONE,
+    "rollout.max_context_tokens": AT_LEAST_ONE,
+    "rollout.generation_batch_size": AT_LEAST_ONE,
+    "algorithm.eps_low": Range(0, 1, hi_open=True),  # the ratio's lower clip 1 - eps_low must stay > 0
+    "algorithm.eps_high": NON_NEGATIVE,
+    "algorithm.dual_clip": Range(1, lo_open=True),
+    "algorithm.entropy_coef": NON_NEGATIVE,
+    "algorithm.kl_coef": NON_NEGATIVE,
+    "algorithm.gamma": PROBABILITY,
+    "algorithm.lam": PROBABILITY,
+    "algorithm.actor_lr": NON_NEGATIVE,
+    "algorithm.critic_lr": NON_NEGATIVE,
+    "algorithm.weight_decay": NON_NEGATIVE,
+    "algorithm.grad_clip": POSITIVE,
+    "algorithm.ppo_epochs": AT_LEAST_ONE,
+    "algorithm.mini_batch_size": AT_LEAST_ONE,
+    "algorithm.updates_per_iteration": AT_LEAST_ONE,
+    "algorithm.micro_batch_size": AT_LEAST_ONE,
+    "algorithm.value_clip": POSITIVE,
+    "algorithm.dynamic_sampling_max_rounds": NON_NEGATIVE,
+    "filter.eps": NON_NEGATIVE,
+    "filter.band_lo": PROBABILITY,
+    "filter.band_hi": PROBABILITY,
+    "filter.trajectories_per_group": NON_NEGATIVE,
+    "filter.success_threshold": Range(-INF),
+    "diagnostics.every": NON_NEGATIVE,
+    "diagnostics.num_pairs": AT_LEAST_ONE,
+    "diagnostics.std_eps": POSITIVE,
+    "diagnostics.ema_decay": Range(0, 1, hi_open=True),
+    "diagnostics.max_batch_tokens": AT_LEAST_ONE,
+    "diagnostics.gradient_every": NON_NEGATIVE,
+    "diagnostics.regime_entropy_threshold": NON_NEGATIVE,
+    "diagnostics.regime_mi_fraction": PROBABILITY,
+    "validation.every": Range(-1),
+    "validation.num_instances": AT_LEAST_ONE,
+    "validation.group_size": AT_LEAST_ONE,
+    "validation.temperature": POSITIVE,
+    "logging.rollout_sample_groups": NON_NEGATIVE,
+    "trainer.iterations": AT_LEAST_ONE,
+    "trainer.seed": Range(0, 2**31 - 1),  # seed * 1_000_003 + iteration must fit a torch generator's 64-bit seed
+    "trainer.checkpoint_every": NON_NEGATIVE,
+    "trainer.keep_checkpoints": AT_LEAST_ONE,
+    "trainer.early_stop.max_empty_steps": NON_NEGATIVE,
+    "trainer.early_stop.spread_baseline_iterations": NON_NEGATIVE,
+    "trainer.early_stop.spread_fraction": PROBABILITY,
+    "trainer.early_stop.spread_patience": AT_LEAST_ONE,
+    "trainer.early_stop.val_success_floor": PROBABILITY,
+    "trainer.early_stop.val_patience": NON_NEGATIVE,
+}
+# filter.value depends on the strategy (mirl.filtering.select_groups)
+FILTER_VALUE: dict[str, Range] = {
+    "top_p": Range(0, 1, lo_open=True),
+    "top_k": Range(0, 1, lo_open=True),
+    "top_k_abs": AT_LEAST_ONE,
+    "min_p": PROBABILITY,
+    "band": Range(-INF),
+    "none": Range(-INF),
+}
+SCOPES = ("first_turn", "trajectory", "turn_position")
+# a run name is one path component: letters, digits and _ . + = , @ - ; no leading dot, no separators
+_RUN_NAME = re.compile(r"[A-Za-z0-9_][\w.+=,@-]{0,127}")
+_DEVICE = re.compile(r"auto|cpu|mps|(cuda|xpu)(:\d+)?")
+
+
+def _get(config: Any, key: str) -> Any:
     value: Any = config
     for part in key.split("."):
         value = getattr(value, part)
     return value
 
 
+def _default(key: str) -> Any:
+    return _get(Config(), key)
+
+
+def check_choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        close = difflib.get_close_matches(str(value), choices, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"{key} must be one of {', '.join(choices)}, got {value!r}{hint}")
+
+
+def check_range(key: str, value: Any, allowed: Range, default: Any = None) -> None:
+    """Raise unless ``value`` is a finite number in ``allowed`` (bools are not numbers here)."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not (number and allowed.holds(value)):
+        fix = f"; the default is {key}={default!r}" if default is not None else ""
+        raise ConfigError(f"{key} must be a finite number {allowed}, got {value!r}{fix}")
+
+
 def validate(config: Config) -> None:
-    """Check the invariants that types cannot express; raise ConfigError saying value and fix."""
-    for key, choices in _CHOICES.items():
-        value = _get(config, key)
-        if value not in choices:
-            close = difflib.get_close_matches(str(value), choices, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ConfigError(f"{key} must be one of {', '.join(choices)}, got {value!r}{hint}")
-    for scope in config.diagnostics.scopes:
-        if scope not in ("first_turn", "trajectory", "turn_position"):
-            raise ConfigError(
-                f"diagnostics.scopes entries must be first_turn, trajectory or turn_position, got {scope!r}"
-            )
-    positive = (
-        "rollout.prompts_per_iteration",
-        "rollout.group_size",
-        "rollout.max_turns",
-        "rollout.max_actions_per_turn",
-        "rollout.max_new_tokens",
-        "algorithm.ppo_epochs",
-        "algorithm.mini_batch_size",
-        "algorithm.micro_batch_size",
-        "trainer.iterations",
-        "diagnostics.num_pairs",
-    )
-    for key in positive:
-        if _get(config, key) < 1:
-            raise ConfigError(f"{key} must be >= 1, got {_get(config, key)}")
+    """Check every field (module docstring); raise ConfigError saying the key, the allowed values and the fix."""
+    for key, choices in CHOICES.items():
+        check_choice(key, _get(config, key), choices)
+    for key, choices in OPTIONAL_CHOICES.items():
+        if _get(config, key) is not None:
+            check_choice(key, _get(config, key), choices)
+    for key, allowed in RANGES.items():
+        if _get(config, key) is not None:
+            check_range(key, _get(config, key), allowed, _default(key))
+    check_range("filter.value", config.filter.value, FILTER_VALUE[config.filter.strategy], _default("filter.value"))
+    _check_relations(config)
+    _check_lists(config)
+    _check_names(config)
+    check_envs(config)
+
+
+def _check_relations(config: Config) -> None:
+    """Invariants between keys."""
     if config.algorithm.preset in ("grpo", "dr_grpo") and config.rollout.group_size < 2:
         raise ConfigError(
             f"rollout.group_size must be >= 2 for group advantages, got {config.rollout.group_size}; "
             "set rollout.group_size=8 or algorithm.preset=ppo"
         )
-    if not config.envs:
-        raise ConfigError("envs must list at least one environment, e.g. envs=[{name: frozenlake}]")
-    if any(entry.weight <= 0 for entry in config.envs):
-        raise ConfigError("every envs[i].weight must be > 0")
-    if not config.rollout.temperature > 0.0:
-        raise ConfigError(f"rollout.temperature must be > 0, got {config.rollout.temperature}")
-    if not 0.0 < config.model.vllm_gpu_memory_utilization <= 1.0:
-        raise ConfigError(
-            f"model.vllm_gpu_memory_utilization must be in (0, 1], got {config.model.vllm_gpu_memory_utilization}"
-        )
-    if config.model.vllm_cpu_kv_cache_gb < 1:
-        raise ConfigError(f"model.vllm_cpu_kv_cache_gb must be >= 1, got {config.model.vllm_cpu_kv_cache_gb}")
     if config.model.backend == "vllm" and config.rollout.top_p < 1.0:
         raise ConfigError(
             f"model.backend=vllm needs rollout.top_p=1 (vLLM reports log-probs after top-p truncation), got "
             f"{config.rollout.top_p}; set rollout.top_p=1 or model.backend=hf"
         )
-    if not 0.0 < config.rollout.top_p <= 1.0:
-        raise ConfigError(f"rollout.top_p must be in (0, 1], got {config.rollout.top_p}")
-    if not 0.0 <= config.filter.band_lo < config.filter.band_hi <= 1.0:
+    if not config.filter.band_lo < config.filter.band_hi:
         raise ConfigError(
             f"filter.band_lo/band_hi must satisfy 0 <= lo < hi <= 1, got {config.filter.band_lo}, "
             f"{config.filter.band_hi}"
@@ -92,3 +216,54 @@ def validate(config: Config) -> None:
             f"filter.trajectories_per_group must be <= rollout.group_size ({config.rollout.group_size}), "
             f"got {config.filter.trajectories_per_group}"
         )
+
+
+def _check_lists(config: Config) -> None:
+    scopes = config.diagnostics.scopes
+    for scope in scopes:
+        check_choice("diagnostics.scopes entries", scope, SCOPES)
+    if len(set(scopes)) != len(scopes):
+        raise ConfigError(f"diagnostics.scopes lists a scope twice, got {list(scopes)}; list each once")
+    if config.diagnostics.enabled and not scopes:
+        raise ConfigError(
+            "diagnostics.scopes must list at least one of " + ", ".join(SCOPES) + " while diagnostics.enabled=true; "
+            "e.g. diagnostics.scopes=[first_turn,trajectory], or set diagnostics.enabled=false"
+        )
+    if not config.diagnostics.ks:
+        raise ConfigError("diagnostics.ks must list at least one cut-off k >= 1, e.g. diagnostics.ks=[1,2,4,8]")
+    for k in config.diagnostics.ks:
+        check_range("diagnostics.ks entries", k, AT_LEAST_ONE)
+
+
+def _check_names(config: Config) -> None:
+    """The run name is one safe path component; names and paths are non-empty; the device is well formed."""
+    name = config.trainer.name
+    if name is not None and (not _RUN_NAME.fullmatch(name) or ".." in name):
+        raise ConfigError(
+            f"trainer.name must be one path component of letters, digits and _ . + = , @ - (at most 128, not "
+            f"starting with '.', no '..' or '/'), got {name!r}; e.g. trainer.name=frozenlake-ppo-1"
+        )
+    for key in ("model.name", "trainer.output_dir", "logging.wandb_project"):
+        if not str(_get(config, key)).strip():
+            raise ConfigError(f"{key} must be a non-empty string; the default is {_default(key)!r}")
+    for key in ("model.cache_dir", "model.critic_name"):  # None = not set
+        if _get(config, key) is not None and not str(_get(config, key)).strip():
+            raise ConfigError(f"{key} must be a non-empty string when set; leave it out to use the default")
+    if not _DEVICE.fullmatch(config.model.device):
+        raise ConfigError(
+            f"model.device must be auto, cpu, mps, cuda, cuda:N, xpu or xpu:N, got {config.model.device!r}"
+        )
+
+
+def check_envs(config: Config) -> None:
+    """Every entry names a registered env, has a finite weight > 0, and options the env accepts (in bounds)."""
+    from mirl.envs.registry import check_options
+
+    if not config.envs:
+        raise ConfigError("envs must list at least one environment, e.g. envs=[{name: frozenlake}]")
+    for i, entry in enumerate(config.envs):
+        check_range(f"envs[{i}].weight", entry.weight, POSITIVE, 1.0)
+        try:
+            check_options(entry.name, entry.options)
+        except ValueError as err:
+            raise ConfigError(f"envs[{i}] ({entry.name!r}): {err}") from None

@@ -2,6 +2,7 @@
 
 import doctest
 import json
+import re
 
 import pytest
 
@@ -54,7 +55,10 @@ def test_diagnose_prints_a_table_and_writes_json(rollouts, tmp_path, tiny_scorer
     ]
     assert main(argv) == 0
     assert tiny_scorer == [("tiny-test", {"device": "auto", "dtype": "auto", "max_batch_tokens": 8192})]
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
+    # said up front on stderr, before the bar: the tokens to score, the mode, episodes and pairs
+    assert re.search(r"scoring [\d,]+ tokens \(shared mode; 6 episodes, up to 8 pairs per scope\)", captured.err)
     for text in ("first_turn", "trajectory", "turn1", "turn2", "MI-Est", "retrieval@1", "H(Z|X)", "regime"):
         assert text in printed
     report = json.loads(out_file.read_text())
@@ -83,4 +87,9 @@ def test_missing_file_and_bad_pairs_exit_with_2(tmp_path, tiny_scorer, capsys):
     assert main(["diagnose", str(empty), "--pairs", "0"]) == 2
     assert main(["diagnose", str(empty)]) == 2
     assert "holds no JSON lines" in capsys.readouterr().err
-    assert tiny_scorer[0][0] == "smollm2-135m-instruct"  # the offline default
+    assert tiny_scorer == []  # the file is read before any model is loaded
+
+
+def test_the_offline_default_scores_when_no_model_is_named(rollouts, tiny_scorer):
+    assert main(["diagnose", str(rollouts), "--pairs", "4"]) == 0
+    assert tiny_scorer[0][0] == "smollm2-135m-instruct"

@@ -1,12 +1,11 @@
 """``mirl report`` and ``mirl compare`` through their argparse registration, as a user calls them."""
 
-import argparse
 import importlib.util
 from pathlib import Path
 
 import pytest
 
-from mirl.cli import report as report_cli
+from mirl.cli import main
 
 
 def _fake_runs():
@@ -22,10 +21,8 @@ write_run = _fake_runs().write_run
 
 
 def cli(*argv: str) -> int:
-    parser = argparse.ArgumentParser(prog="mirl")
-    report_cli.register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(argv)
-    return args.func(args)
+    """The ``mirl`` entry point, which turns a user error into one line on stderr and exit status 2."""
+    return main(list(argv))
 
 
 def test_report_writes_html_and_lists_what_is_missing(tmp_path, capsys):

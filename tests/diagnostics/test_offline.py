@@ -7,6 +7,8 @@ import math
 import pytest
 
 from mirl.diagnostics.offline import diagnose, read_rollouts, summary_rows
+from mirl.diagnostics.records import load_records
+from mirl.errors import InputFileError
 from mirl.policy.tiny import tiny_policy
 from mirl.rollout import write_episodes
 from mirl.trainer.metrics import unknown_keys
@@ -85,7 +87,7 @@ def test_mirl_records_are_read_with_groups_kept_apart_per_iteration(tmp_path):
         (["{not json"], "not valid JSON"),
         (["[1, 2]"], "expected a JSON object"),
         (['{"steps": []}'], "neither 'turns'"),
-        (['{"messages": [{"role": "robot", "content": "hi"}]}'], "line 1, message 0: expected"),
+        (['{"messages": [{"role": "robot", "content": "hi"}]}'], "bad.jsonl:1: message 0: expected"),
         (['{"messages": []}'], "'messages' must be a non-empty list"),
     ],
 )
@@ -94,6 +96,81 @@ def test_unreadable_files_say_what_is_wrong(tmp_path, lines, message):
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     with pytest.raises(ValueError, match=message):
         read_rollouts(path, TOK)
+
+
+def _record(**changes) -> dict:
+    """One valid mirl episode record with ``changes`` applied to it (``turn__key`` changes its first turn)."""
+    from mirl.rollout.io import episode_to_record
+
+    record = episode_to_record(grid_episodes(num_groups=1, samples=1, num_turns=1)[0], iteration=1)
+    for key, value in changes.items():
+        target, key = (record["turns"][0], key[len("turn__") :]) if key.startswith("turn__") else (record, key)
+        if value is _DROP:
+            del target[key]
+        else:
+            target[key] = value
+    return record
+
+
+_DROP = object()
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (_record(turns=_DROP), "field 'turns' is missing"),
+        ({"schema": 1, "turns": []}, "field 'env' is missing"),
+        (_record(schema=2), "field 'schema' must be 1"),
+        (_record(turn__reasoning_span=_DROP), "field 'turns\\[0\\].reasoning_span' is missing"),
+        (_record(turn__reasoning_span=[0, 999]), "field 'turns\\[0\\].reasoning_span' must satisfy 0 <= start <= end"),
+        (_record(turn__reward=None), "field 'turns\\[0\\].reward' must be a finite number, got null"),
+        (_record(turn__response_logprobs=[0.0]), "field 'turns\\[0\\].response_logprobs' must have one entry"),
+        (_record(turn__context_ids=["a"]), "field 'turns\\[0\\].context_ids' must be a non-empty list of token ids"),
+        (_record(group="g"), "field 'group' must be an integer"),
+        (_record(turns=[1]), "field 'turns\\[0\\]' must be a turn object"),
+        (_record(iteration="one"), "field 'iteration' must be an integer or null"),
+    ],
+)
+def test_mirl_records_are_checked_with_line_and_field(tmp_path, bad, message):
+    path = write_jsonl(tmp_path / "bad.jsonl", [_record(), _record(), bad])
+    with pytest.raises(InputFileError, match=f"bad.jsonl:3: {message}"):
+        load_records(path)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"group": [1, 2]}, "field 'group' must be a string, a number, true/false or null"),
+        ({"group": {"a": 1}}, "field 'group' must be"),
+        ({"reward": None}, "field 'reward' must be a finite number, got null"),
+        ({"reward": "1"}, "field 'reward' must be a finite number"),
+        ({"success": "yes"}, "field 'success' must be true or false"),
+    ],
+)
+def test_chat_records_are_checked_with_line_and_field(tmp_path, extra, message):
+    path = write_jsonl(tmp_path / "bad.jsonl", [chat("A", "<think>a</think>"), chat("B", "<think>b</think>", **extra)])
+    with pytest.raises(InputFileError, match=f"bad.jsonl:2: {message}"):
+        load_records(path)
+
+
+def test_token_ids_past_the_scorers_vocabulary_are_named_with_their_line(tmp_path):
+    """Rollouts written with a bigger tokenizer would index past the embedding table; the error comes first."""
+    vocab = len(TOK)
+    bad = _record(turn__response_ids=[vocab], turn__response_logprobs=[0.0], turn__reasoning_span=None)
+    path = tmp_path / "other.jsonl"
+    path.write_text(json.dumps(_record()) + "\n\n" + json.dumps(bad) + "\n", encoding="utf-8")  # a blank line 2
+    message = f"other.jsonl:3: field 'turns\\[0\\].response_ids' holds token id {vocab}, but the scorer's tokenizer"
+    with pytest.raises(InputFileError, match=message):
+        read_rollouts(path, TOK)
+    edge = _record(turn__response_ids=[vocab - 1], turn__response_logprobs=[0.0], turn__reasoning_span=None)
+    assert len(read_rollouts(write_jsonl(tmp_path / "ok.jsonl", [edge]), TOK)) == 1  # the last id is fine
+
+
+def test_a_good_file_loads_without_a_tokenizer(tmp_path, chat_file):
+    assert load_records(chat_file)[0] == "chat" and len(load_records(chat_file)[1]) == 4
+    path = write_episodes(tmp_path / "r.jsonl", grid_episodes(num_groups=2, samples=2, num_turns=2))
+    fmt, records = load_records(path)
+    assert fmt == "mirl" and len(records) == 4
 
 
 def test_diagnose_reports_catalogue_keys_and_a_summary_row_per_scope(chat_file):

@@ -142,3 +142,17 @@ def test_action_dependence_families_score_the_answer_tokens(policy, episodes):
     expected = sum(direct) / len(direct)
     assert out["diag/first_turn/za_est/matched_mean"] == pytest.approx(expected, rel=1e-6)
     assert out["diag/first_turn/xa_est/matched_mean"] == pytest.approx(expected, rel=1e-6)
+
+
+def test_progress_says_the_total_first_and_ends_there(policy, episodes):
+    config = DiagnosticsConfig(scopes=["first_turn", "trajectory"], num_pairs=6, action_dependence=True)
+    calls: list[tuple[int, int]] = []
+    tracked = run_diagnostics(
+        policy, episodes, config, DiagnosticsState(), generator=gen(), progress=lambda *a: calls.append(a)
+    )
+    plain = run_diagnostics(policy, episodes, config, DiagnosticsState(), generator=gen())
+    assert tracked == plain
+    total = calls[0][1]
+    assert calls[0] == (0, total) and calls[-1] == (total, total) and total > 0
+    assert all(t == total for _, t in calls)  # the total is known before scoring starts, action matrices included
+    assert [done for done, _ in calls] == sorted(done for done, _ in calls)

@@ -172,3 +172,28 @@ def test_smollm2_retrieves_state_grounded_reasoning_but_not_a_varied_template():
     # call the template the healthier of the two
     assert template_out["conditional_entropy"] > 2 * grounded_out["conditional_entropy"]
     assert RegimeThresholds().classify(template_out) == "template_collapse"
+
+
+@pytest.mark.parametrize("mode", ["shared", "naive"])
+def test_progress_adds_up_to_the_planned_tokens_and_changes_no_number(policy, problem, mode):
+    prompts, reasonings = problem
+    plain = score_matrix(policy, prompts, reasonings, mode=mode, max_batch_tokens=512)
+    steps: list[int] = []
+    tracked = score_matrix(policy, prompts, reasonings, mode=mode, max_batch_tokens=512, progress=steps.append)
+    for a, b in zip(plain, tracked, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+    planned = scoring.grid_tokens([prompts] * 5, [[z] * 4 for z in reasonings], mode)
+    assert sum(steps) == planned and len(steps) > 1 and min(steps) > 0
+    # shared: 3 distinct prompts (40 + 65 + 3 tokens) once, every reasoning under each of the 4 columns
+    # naive: every cell re-encodes its prompt: 5 x (40 + 65 + 40 + 3) + 4 x (1 + 7 + 33 + 120 + 2)
+    assert planned == {"shared": 108 + 4 * 163, "naive": 5 * 148 + 4 * 163}[mode]
+
+
+def test_progress_chunks_keep_every_prefix_in_one_call():
+    prefixes = [[1, 2], [3], [1, 2], [4, 5, 6], [3]]
+    continuations = [[7]] * 5
+    chunks = scoring._prefix_chunks(prefixes, continuations, steps=3)
+    assert sorted(c for chunk in chunks for c in chunk) == [0, 1, 2, 3, 4]
+    for chunk in chunks:
+        for c in chunk:  # a cell's prefix never shows up in another chunk
+            assert not any(prefixes[o] == prefixes[c] for other in chunks if other is not chunk for o in other)

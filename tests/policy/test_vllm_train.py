@@ -43,7 +43,7 @@ def test_mirl_train_with_the_vllm_backend(tmp_path):
         "diagnostics.num_pairs=4",
         "validation.every=-1",
         "trainer.iterations=2",
-        "trainer.checkpoint_every=-1",
+        "trainer.checkpoint_every=0",
         "logging.progress=false",
         "logging.tensorboard=false",
         f"trainer.output_dir={out}",

@@ -114,6 +114,7 @@ def run_config(tmp_path):
     """``run_config(name, *overrides)``: a small pick_word training config writing to ``tmp_path / name``."""
 
     def make(name: str, *extra: str):
+        ensure_pick_env()  # load_config checks env names against the registry
         return load_config(None, [*PICK_WORD_RUN, f"trainer.output_dir={tmp_path}", f"trainer.name={name}", *extra])
 
     return make

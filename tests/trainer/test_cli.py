@@ -45,13 +45,52 @@ def test_train_resume_eval_report(tmp_path, model_dir, pick_env, capsys):
 
     result = tmp_path / "eval.json"
     assert main(["eval", str(run), "validation.num_instances=2", "--out", str(result)]) == 0
+    assert "validating 2 episodes (group size 1, max_turns 1)" in capsys.readouterr().err  # said up front
     metrics = json.loads(result.read_text())
     assert 0.0 <= metrics["val/success"] <= 1.0 and "val/pass@1/pick_word" in metrics
 
 
-def test_config_errors_reach_the_user(tmp_path, model_dir, pick_env):
-    with pytest.raises(ValueError, match="did you mean 'rollout.group_size'"):
-        main(["train", *_args(model_dir, tmp_path, "rollout.grup_size=3")])
+def test_config_errors_reach_the_user(tmp_path, model_dir, pick_env, capsys):
+    assert main(["train", *_args(model_dir, tmp_path, "rollout.grup_size=3")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mirl train: unknown config key") and "did you mean 'rollout.group_size'" in err
+
+
+def test_run_and_checkpoint_directories_are_scorers(tmp_path, model_dir, pick_env, capsys):
+    """``--model RUN`` and ``--model RUN/checkpoints/iteration_N``: the run's base model with the trained weights."""
+    import torch
+
+    from mirl.cli.models import load_named_policy
+    from mirl.trainer.checkpoint import load_checkpoint
+
+    out = tmp_path / "runs"
+    extra = ("trainer.iterations=2", "trainer.checkpoint_every=1", "algorithm.actor_lr=1e-2", "--no-report")
+    assert main(["train", *_args(model_dir, out, *extra)]) == 0
+    run = out / "cli"
+    base = load_named_policy(str(model_dir)).model.state_dict()
+    for source, iteration in ((run, 2), (run / "checkpoints" / "iteration_000001", 1)):
+        loaded = load_named_policy(str(source)).model.state_dict()
+        saved = load_checkpoint(run / "checkpoints" / f"iteration_{iteration:06d}")["policy"]
+        assert all(torch.equal(loaded[key], saved[key]) for key in saved)
+        assert not all(torch.equal(loaded[key], base[key]) for key in base)  # trained weights, not the base
+    rollouts = run / "rollouts" / "iteration_000001.jsonl"
+    result = tmp_path / "diag.json"
+    argv = ["diagnose", str(rollouts), "--model", str(run / "checkpoints" / "iteration_000001"), "--pairs", "4"]
+    assert main([*argv, "--out", str(result)]) == 0
+    assert json.loads(result.read_text())["episodes"] == 8
+
+
+def test_no_environment_variable_reaches_a_run_file(tmp_path, model_dir, pick_env, monkeypatch):
+    """A secret in the environment appears in no file of a trained, reported run (and cannot be interpolated)."""
+    secret = "s3cr3t-9f8e7d6c5b4a"
+    monkeypatch.setenv("MIRL_TEST_SECRET", secret)
+    out = tmp_path / "runs"
+    leak = "trainer.name=${oc.env:MIRL_TEST_SECRET}"
+    assert main(["train", *_args(model_dir, out, "trainer.iterations=1", leak)]) == 2
+    assert main(["train", *_args(model_dir, out, "trainer.iterations=1", "logging.tensorboard=true")]) == 0
+    written = [path for path in (out / "cli").rglob("*") if path.is_file()]
+    assert len(written) >= 5  # config, metrics, groups, summary, rollouts, checkpoint, report, ...
+    assert [path for path in written if secret.encode() in path.read_bytes()] == []
 
 
 def test_help_config_lists_documented_keys(capsys):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 SCOPE_CHOICES = ("first_turn", "trajectory", "turn_position", "all")
@@ -26,7 +25,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--model",
         default="smollm2-135m-instruct",
-        help="scorer: smollm2-135m-instruct (offline default), a hub id, a local directory or a .gguf file",
+        help="scorer: smollm2-135m-instruct (offline default), a hub id, a local directory, a .gguf file, "
+        "a run directory (its newest checkpoint) or RUN/checkpoints/iteration_N",
     )
     parser.add_argument(
         "--scope",
@@ -58,26 +58,28 @@ def scopes_of(choices: list[str] | None) -> list[str]:
 
 
 def run_diagnose(args: argparse.Namespace) -> int:
-    if not Path(args.rollouts).is_file():
-        print(f"mirl diagnose: no such file {args.rollouts!r}; pass a .jsonl of episodes", file=sys.stderr)
-        return 2
-    if args.pairs < 1:
-        print(f"mirl diagnose: --pairs must be >= 1, got {args.pairs}", file=sys.stderr)
-        return 2
-    try:
-        policy = load_policy(args.model, device=args.device, dtype=args.dtype, max_batch_tokens=args.max_batch_tokens)
-        report = diagnose_file(
-            args.rollouts,
-            policy,
-            scopes=scopes_of(args.scope),
-            num_pairs=args.pairs,
-            seed=args.seed,
-            mode=args.mode,
-            action_dependence=args.action_dependence,
-        )
-    except (ValueError, OSError) as err:
-        print(f"mirl diagnose: {err}", file=sys.stderr)
-        return 2
+    """Check the arguments and read the whole rollout file first, then load the model and score."""
+    from mirl.cli.paths import check_output_file
+    from mirl.diagnostics.records import load_records
+    from mirl.errors import UserError
+
+    for flag, value in (("--pairs", args.pairs), ("--max-batch-tokens", args.max_batch_tokens)):
+        if value < 1:
+            raise UserError(f"{flag} must be >= 1, got {value}")
+    check_output_file(args.out)
+    fmt, records = load_records(args.rollouts)  # a bad file fails here, before a model is loaded
+    policy = load_policy(args.model, device=args.device, dtype=args.dtype, max_batch_tokens=args.max_batch_tokens)
+    report = diagnose_records(
+        args.rollouts,
+        fmt,
+        records,
+        policy,
+        scopes=scopes_of(args.scope),
+        num_pairs=args.pairs,
+        seed=args.seed,
+        mode=args.mode,
+        action_dependence=args.action_dependence,
+    )
     report["model"] = args.model
     print_report(report)
     if args.out is not None:
@@ -87,26 +89,30 @@ def run_diagnose(args: argparse.Namespace) -> int:
 
 
 def load_policy(model: str, *, device: str, dtype: str, max_batch_tokens: int):
-    """The scorer, in eval mode, through ``HFPolicy.load``."""
-    from mirl.policy import HFPolicy
+    """The scorer, in eval mode: a model name, or a run / checkpoint directory (``mirl.cli.models``)."""
+    from mirl.cli.models import load_named_policy
 
-    return HFPolicy.load(model, device=device, dtype=dtype, max_batch_tokens=max_batch_tokens).eval()
+    return load_named_policy(model, device=device, dtype=dtype, max_batch_tokens=max_batch_tokens)
 
 
-def diagnose_file(path, policy, *, scopes, num_pairs: int, seed: int, mode: str, action_dependence: bool) -> dict:
-    """Read ``path``, diagnose it with ``policy``; the JSON-ready report (without the model name)."""
-    from mirl.diagnostics.offline import diagnose, read_rollouts, summary_rows
+def diagnose_records(path, fmt: str, records, policy, *, scopes, num_pairs, seed, mode, action_dependence) -> dict:
+    """Diagnose checked records (``load_records``) with ``policy``; the JSON-ready report (without the model)."""
+    from mirl.cli.progress import work_bar
+    from mirl.diagnostics.offline import diagnose, episodes_from_records, summary_rows
 
-    episodes = read_rollouts(path, policy.tokenizer)
-    metrics = diagnose(
-        policy,
-        episodes,
-        scopes=scopes,
-        num_pairs=num_pairs,
-        seed=seed,
-        mode=mode,
-        action_dependence=action_dependence,
-    )
+    episodes = episodes_from_records(fmt, records, policy.tokenizer, path=path)
+    plan = f"scoring {{total:,}} tokens ({mode} mode; {len(episodes)} episodes, up to {num_pairs} pairs per scope)"
+    with work_bar("scoring", "tokens", plan) as progress:
+        metrics = diagnose(
+            policy,
+            episodes,
+            scopes=scopes,
+            num_pairs=num_pairs,
+            seed=seed,
+            mode=mode,
+            action_dependence=action_dependence,
+            progress=progress,
+        )
     return {
         "rollouts": str(path),
         "episodes": len(episodes),

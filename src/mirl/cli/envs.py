@@ -87,14 +87,12 @@ def parse_options(words: list[str]) -> dict[str, Any]:
 
 def run_envs(args: argparse.Namespace) -> int:
     from mirl.envs import env_options, registry
+    from mirl.errors import UserError
 
     names = args.names or sorted(registry)
     for name in names:
-        if name not in registry:
-            print(
-                f"mirl envs: unknown environment {name!r}; registered: {', '.join(sorted(registry))}", file=sys.stderr
-            )
-            return 2
+        if name not in registry:  # mirl.cli.main prints it as one line (or its traceback with --debug)
+            raise UserError(f"unknown environment {name!r}; registered: {', '.join(sorted(registry))}")
     width = max(len(name) for name in names)
     for name in names:
         print(f"{name:<{width}}  {registry[name].description}")
@@ -139,12 +137,11 @@ def read_action(stream) -> str:
 def run_play(args: argparse.Namespace) -> int:
     from mirl.envs import make
 
-    try:
-        seed, words = split_seed(args.options, args.seed)
-        env = make(args.env, **parse_options(words))
-    except (ValueError, OSError, ImportError) as error:  # bad options, missing data files, a missing extra
-        print(f"mirl play: {error}", file=sys.stderr)
-        return 2
+    if "--debug" in args.options:  # REMAINDER swallows a --debug written after ENV; honour it as mirl.cli.main does
+        args.debug = True
+    options = [word for word in args.options if word != "--debug"]
+    seed, words = split_seed(options, args.seed)  # a ValueError is a user error (mirl.cli.main)
+    env = make(args.env, **parse_options(words))
     observation, _ = env.reset(seed=seed)
     print(f"== {env.name} (seed {seed}) ==\n{_header(env)}\n\n{observation}", flush=True)
     total, used, done = 0.0, 0, False

@@ -1,13 +1,13 @@
 """``mirl report RUN_DIR`` and ``mirl compare RUN_A RUN_B ...``: HTML reports from run directories.
 
 Both commands print where they wrote, every piece of data they could not find, and how long they took; they
-exit 0 with a partial report when files are missing and 2 only when a run directory does not exist.
+exit 0 with a partial report when files are missing or lines are malformed (each listed with its line number), and
+2 when a path is not a run directory or ``--out`` cannot be a file.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 
 
 def _iterations(text: str) -> list[int]:
@@ -20,6 +20,12 @@ def _iterations(text: str) -> list[int]:
     if not values or min(values) < 0:
         raise argparse.ArgumentTypeError(f"expected non-negative iterations such as 1,50,100, got {text!r}")
     return values
+
+
+def _count(text: str) -> int:
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return int(text)
 
 
 def register(subparsers) -> None:
@@ -39,7 +45,7 @@ def register(subparsers) -> None:
     report.add_argument(
         "--family", default="est", help="diagnostics score family: est (per token, default), seq, za_est, ..."
     )
-    report.add_argument("--episodes", type=int, default=2, help="transcripts shown per chosen iteration")
+    report.add_argument("--episodes", type=_count, default=2, help="transcripts shown per chosen iteration")
     report.set_defaults(func=run_report)
 
     compare = subparsers.add_parser(
@@ -64,26 +70,30 @@ def _print_result(result, what: str) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
+    from mirl.cli.paths import check_output_file, check_run_directory
+    from mirl.errors import UserError
     from mirl.report import build_report
 
+    check_run_directory(args.run_dir)
+    check_output_file(args.out)
     try:
         result = build_report(
             args.run_dir, args.out, iterations=args.iterations, family=args.family, episodes=args.episodes
         )
-    except FileNotFoundError as error:
-        print(f"mirl report: {error}; pass the path of a run directory such as runs/<name>", file=sys.stderr)
-        return 2
+    except FileNotFoundError as error:  # one line from mirl.cli.main, or the traceback with --debug
+        raise UserError(f"{error}; pass the path of a run directory such as runs/<name>") from error
     _print_result(result, "report")
     return 0
 
 
 def run_compare(args: argparse.Namespace) -> int:
+    from mirl.cli.paths import check_output_file, check_run_directory
     from mirl.report import build_comparison
 
-    try:
-        result = build_comparison(args.run_dirs, args.out, labels=args.labels, scope=args.scope, family=args.family)
-    except (FileNotFoundError, ValueError) as error:
-        print(f"mirl compare: {error}", file=sys.stderr)
-        return 2
+    for run_dir in args.run_dirs:
+        check_run_directory(run_dir)
+    check_output_file(args.out or "compare.html")
+    # a FileNotFoundError or ValueError is a user error: one line from mirl.cli.main, the traceback with --debug
+    result = build_comparison(args.run_dirs, args.out, labels=args.labels, scope=args.scope, family=args.family)
     _print_result(result, "comparison")
     return 0

@@ -25,7 +25,9 @@ def register(subparsers) -> None:
         help="validate a model or a run's last checkpoint on fixed instances",
         description="Run validation (success, return, pass@K, action validity per env) and print the results.",
     )
-    evaluate.add_argument("target", help="a run directory, a hub id, a local model directory or a .gguf file")
+    evaluate.add_argument(
+        "target", help="a run directory, RUN/checkpoints/iteration_N, a hub id, a local model directory or a .gguf file"
+    )
     evaluate.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. validation.num_instances=64")
     evaluate.add_argument("--config", help="YAML config for envs and validation (default: the run's own)")
     evaluate.add_argument("--out", help="write the metrics as JSON here")
@@ -42,7 +44,10 @@ def _split(config: str | None, overrides: list[str]) -> tuple[str | None, list[s
 def run_train(args: argparse.Namespace) -> int:
     import torch
 
+    from mirl.cli.paths import check_run_directory
     from mirl.config import load_config
+    from mirl.errors import UserError
+    from mirl.policy.sources import resolve_device
     from mirl.trainer import train
 
     if args.help_config:
@@ -53,9 +58,10 @@ def run_train(args: argparse.Namespace) -> int:
     path, overrides = _split(args.config, args.overrides)
     if args.resume:
         if path is not None:
-            raise SystemExit("--resume takes the run's own config.yaml; pass only key=value overrides")
-        path = Path(args.resume) / "config.yaml"
+            raise UserError("--resume takes the run's own config.yaml; pass only key=value overrides")
+        path = check_run_directory(args.resume) / "config.yaml"
     config = load_config(path, overrides)
+    resolve_device(config.model.device)  # an unavailable device fails before the run directory is made
     torch.manual_seed(config.trainer.seed)  # the one global seed; library code uses its own generators
     result = train(config, run_dir=args.resume, resume=bool(args.resume))
     print(f"\nrun directory: {result.run_dir}")
@@ -76,19 +82,26 @@ def run_eval(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from mirl.cli.models import load_run_policy
+    from mirl.cli.paths import check_output_file
+    from mirl.cli.progress import work_bar
     from mirl.config import load_config
-    from mirl.trainer.run import load_trained_policy
+    from mirl.policy.sources import find_run_weights, resolve_device
     from mirl.trainer.setup import load_policy
     from mirl.trainer.validation import validate
 
-    target = Path(args.target)
-    is_run = (target / "config.yaml").is_file()
-    config_path = args.config or (target / "config.yaml" if is_run else None)
-    overrides = list(args.overrides) if is_run else [f"model.name={args.target}", *args.overrides]
+    check_output_file(args.out)
+    found = find_run_weights(args.target)
+    config_path = args.config or (found.run_dir / "config.yaml" if found else None)
+    overrides = list(args.overrides) if found else [f"model.name={args.target}", *args.overrides]
     config = load_config(config_path, overrides)
+    resolve_device(config.model.device)  # an unavailable device fails before any weights are read
     torch.manual_seed(config.trainer.seed)
-    policy = load_trained_policy(target, config) if is_run else load_policy(config)
-    metrics = validate(policy, config)
+    policy = load_run_policy(found.run_dir, found.checkpoint, config) if found else load_policy(config)
+    episodes = len(config.envs) * config.validation.num_instances * config.validation.group_size
+    plan = f"validating {episodes} episodes (group size {config.validation.group_size}, max_turns {{total}})"
+    with work_bar("validation", "turns", plan) as progress:
+        metrics = validate(policy, config, progress=progress)
     table = Table(title=f"validation of {args.target}")
     table.add_column("metric")
     table.add_column("value", justify="right")

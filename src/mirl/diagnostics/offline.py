@@ -19,46 +19,48 @@ never reads them); a trajectory's ``"reward"`` is put on its last turn.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import time
 from collections import Counter
 from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 
 from mirl.config import DiagnosticsConfig
+from mirl.diagnostics.records import check_chat_record, check_token_ids, load_records
 from mirl.diagnostics.run import DiagnosticsState, run_diagnostics
+from mirl.errors import InputFileError
 from mirl.types import EnvSpec, Episode, Turn
 
 _THINK_OPEN = "<think>"
-_ROLES = ("system", "user", "assistant")
 
 
 def read_rollouts(path: str | os.PathLike, tokenizer) -> list[Episode]:
-    """Episodes from a JSONL file in either format (module docstring); the tokenizer is used for chat records."""
-    path = Path(path)
-    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    if not lines:
-        raise ValueError(f"{path} holds no JSON lines; expected one episode or trajectory per line")
-    first = _parse_line(path, 1, lines[0])
-    if "messages" in first:
-        return read_chat_records([_parse_line(path, n, line) for n, line in enumerate(lines, 1)], tokenizer)
-    if "turns" in first:
-        return _read_mirl_records(path)
-    raise ValueError(
-        f"{path}: the first record has neither 'turns' (mirl episodes) nor 'messages' (chat format), got keys "
-        f"{sorted(first)}; see docs/diagnose.md"
-    )
+    """Episodes from a JSONL file in either format (module docstring); the tokenizer is used for chat records.
+
+    The whole file is checked first (:func:`mirl.diagnostics.records.load_records`), so a bad line is reported
+    with its number and field before any tokenizing; call ``load_records`` yourself to check before loading a
+    model, then :func:`episodes_from_records`.
+    """
+    return episodes_from_records(*load_records(path), tokenizer, path=path)
 
 
-def _read_mirl_records(path: Path) -> list[Episode]:
+def episodes_from_records(fmt: str, records: Sequence[dict], tokenizer, path=None) -> list[Episode]:
+    """Checked records (``load_records``) -> episodes: ``fmt`` is ``"mirl"`` or ``"chat"``. mirl records must
+    hold only ids the tokenizer has (``check_token_ids``; ``path`` words the error with the line number)."""
+    if fmt == "chat":
+        return read_chat_records(records, tokenizer)
+    if fmt == "mirl":
+        check_token_ids(records, len(tokenizer), path)
+        return _mirl_episodes(records)
+    raise ValueError(f"fmt must be 'mirl' or 'chat', got {fmt!r}")
+
+
+def _mirl_episodes(records: Sequence[dict]) -> list[Episode]:
     """mirl episodes, with groups renumbered by (iteration, group) so iterations sharing a file never merge."""
-    from mirl.rollout.io import episode_from_record, read_records
+    from mirl.rollout.io import episode_from_record
 
-    records = read_records(path)
     group_of: dict[tuple, int] = {}
     episodes = []
     for record in records:
@@ -124,36 +126,18 @@ def _chat_turns(record: dict, line: int, tokenizer) -> list[Turn]:
 
 
 def _normalised_messages(record: dict, line: int) -> list[dict[str, str]]:
-    """The record's messages, each assistant content starting with ``<think>``; errors name the line."""
-    messages = record.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise ValueError(f"line {line}: 'messages' must be a non-empty list of {{role, content}} objects")
+    """The record's messages, each assistant content starting with ``<think>``; errors name the record."""
+    problem = check_chat_record(record)
+    if problem:
+        raise InputFileError(f"record {line}: {problem}")
     out = []
-    for k, message in enumerate(messages):
-        if (
-            not isinstance(message, dict)
-            or message.get("role") not in _ROLES
-            or not isinstance(message.get("content"), str)
-        ):
-            raise ValueError(
-                f"line {line}, message {k}: expected {{'role': one of {list(_ROLES)}, 'content': str}}, got {message!r}"
-            )
+    for message in record["messages"]:
         content = message["content"]
         if message["role"] == "assistant":
             stripped = content.lstrip()
             content = stripped if stripped.startswith(_THINK_OPEN) else _THINK_OPEN + content
         out.append({"role": message["role"], "content": content})
     return out
-
-
-def _parse_line(path: Path, number: int, line: str) -> dict:
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}:{number}: not valid JSON ({err.msg}); expected one object per line") from None
-    if not isinstance(record, dict):
-        raise ValueError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
-    return record
 
 
 def diagnose(
@@ -165,16 +149,24 @@ def diagnose(
     seed: int = 0,
     mode: str = "shared",
     action_dependence: bool = False,
+    progress=None,
 ) -> dict[str, float | str]:
     """``run_diagnostics`` on saved episodes with a fresh state and a generator seeded with ``seed``.
 
-    Returns the same catalogue keys as in training, plus ``time/scoring`` (wall seconds).
+    Returns the same catalogue keys as in training, plus ``time/scoring`` (wall seconds). ``progress(done,
+    total)`` is told the tokens scored (``run_diagnostics``).
     """
     config = DiagnosticsConfig(scopes=list(scopes), num_pairs=num_pairs, action_dependence=action_dependence)
     generator = torch.Generator().manual_seed(seed)
     start = time.perf_counter()
     out = run_diagnostics(
-        policy, episodes, config, DiagnosticsState.from_config(config), generator=generator, mode=mode
+        policy,
+        episodes,
+        config,
+        DiagnosticsState.from_config(config),
+        generator=generator,
+        mode=mode,
+        progress=progress,
     )
     out["time/scoring"] = time.perf_counter() - start
     return out

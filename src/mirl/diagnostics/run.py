@@ -31,7 +31,7 @@ Both give ``diag/s/za_est/<stat>``, ``za_seq``, ``xa_est``, ``xa_seq`` and ``dia
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -39,7 +39,7 @@ import torch
 from mirl.config import DiagnosticsConfig
 from mirl.diagnostics.info import RegimeThresholds, ZScoreEMA, mi_proxies
 from mirl.diagnostics.sampling import ActionPair, PairSet, action_pairs, distinct_ids, sample_scopes
-from mirl.diagnostics.scoring import score_grid, score_matrix
+from mirl.diagnostics.scoring import grid_tokens, score_grid, score_matrix
 from mirl.types import Episode
 
 UNDETERMINED = "undetermined"
@@ -107,6 +107,7 @@ def run_diagnostics(
     *,
     generator: torch.Generator,
     mode: str = "shared",
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, float | str]:
     """MI proxies of every configured scope (module docstring for the keys); updates ``state``'s EMAs.
 
@@ -117,28 +118,63 @@ def run_diagnostics(
         state: the EMAs carried across iterations (checkpointed with ``state_dict``).
         generator: the only source of randomness of the pair samplers, drawn from in scope order.
         mode: ``"shared"`` (prefix caching, the default) or ``"naive"`` (full re-encode), see ``scoring``.
+        progress: ``progress(done, total)`` in tokens scored (``scoring.grid_tokens``): called once with
+            ``done = 0`` and the planned total of every matrix before any scoring, then after each piece.
     """
     thresholds = RegimeThresholds(entropy=config.regime_entropy_threshold, mi_fraction=config.regime_mi_fraction)
     out: dict[str, float | str] = {}
     pair_sets = sample_scopes(
         episodes, config.scopes, num_pairs=config.num_pairs, generator=generator, first_turn_columns=config.columns
     )
+    ready = [ps for ps in pair_sets if ps.pairs and ps.num_prompts >= 2]
+    actions = [
+        _action_grids(action_pairs(ps, episodes, policy.tokenizer), ps) for ps in ready if config.action_dependence
+    ]
+    planned = sum(_matrix_tokens(ps, mode) for ps in ready)
+    planned += sum(grid_tokens(*grid, mode) for grids in actions for grid in (grids.za, grids.xa) if grid)
+    scoring = Scoring(mode, progress, planned)
     for pair_set in pair_sets:
         scope = pair_set.scope
         out.update(_counts(pair_set))
-        if not pair_set.pairs or pair_set.num_prompts < 2:
+        if not any(pair_set is ps for ps in ready):
             out[f"diag/{scope}/regime"] = UNDETERMINED
             continue
         matrices = score_matrix(
-            policy, pair_set.columns, pair_set.reasonings, mode=mode, max_batch_tokens=config.max_batch_tokens
+            policy,
+            pair_set.columns,
+            pair_set.reasonings,
+            mode=mode,
+            max_batch_tokens=config.max_batch_tokens,
+            progress=scoring.callback,
         )
         scores = _Scores(*matrices, pair_set.true_col, pair_set.col_group)
         est = _family(out, scope, "", scores, config, state)
         out[f"diag/{scope}/regime"] = thresholds.classify(est)
         if config.action_dependence:
-            rows = action_pairs(pair_set, episodes, policy.tokenizer)
-            out.update(_action_metrics(policy, rows, pair_set, config, state, thresholds, mode))
+            grids = actions[next(i for i, ps in enumerate(ready) if ps is pair_set)]
+            out.update(_action_metrics(policy, grids, pair_set, config, state, thresholds, scoring))
     return out
+
+
+class Scoring:
+    """The scoring mode, and the tokens scored so far for a ``progress(done, total)`` callback (or None)."""
+
+    def __init__(self, mode: str, progress: Callable[[int, int], None] | None, total: int) -> None:
+        self.mode, self.progress, self.done, self.total = mode, progress, 0, total
+        self.callback = self.advance if progress is not None else None
+        if progress is not None:
+            progress(0, total)
+
+    def advance(self, tokens: int) -> None:
+        self.done += tokens
+        if self.progress is not None:
+            self.progress(self.done, self.total)
+
+
+def _matrix_tokens(pair_set: PairSet, mode: str) -> int:
+    """Tokens the MI matrix of ``pair_set`` runs through the model (``scoring.grid_tokens``)."""
+    columns, reasonings = list(pair_set.columns), list(pair_set.reasonings)
+    return grid_tokens([columns] * len(reasonings), [[z] * len(columns) for z in reasonings], mode)
 
 
 def _counts(pair_set: PairSet) -> dict[str, float]:
@@ -179,37 +215,55 @@ def _family(
     return results["est"]
 
 
+@dataclass(frozen=True)
+class _ActionGrids:
+    """The action-dependence cells of one scope: ``(prefixes, continuations)`` of za and xa, None if not ready."""
+
+    rows: list[ActionPair]
+    za: tuple[list, list] | None
+    xa: tuple[list, list] | None
+    reasoning_groups: list[int]
+
+
+def _action_grids(rows: list[ActionPair], pair_set: PairSet) -> _ActionGrids:
+    """The cells of the za and xa matrices (module docstring); a matrix without two distinct labels is None."""
+    reasoning_groups = distinct_ids([row.z_ids for row in rows])
+    za = xa = None
+    if len(set(reasoning_groups)) >= 2:
+        prefixes = [[row.x_ids + row.lead_ids] * len(rows) for row in rows]
+        za = (prefixes, [[other.z_ids + row.bridge_ids + row.answer_ids for other in rows] for row in rows])
+    if rows and pair_set.num_prompts >= 2:
+        columns = list(pair_set.columns)
+        conts = [[row.lead_ids + row.z_ids + row.bridge_ids + row.answer_ids] * len(columns) for row in rows]
+        xa = ([columns for _ in rows], conts)
+    return _ActionGrids(rows, za, xa, reasoning_groups)
+
+
 def _action_metrics(
     policy,
-    rows: list[ActionPair],
+    grids: _ActionGrids,
     pair_set: PairSet,
     config: DiagnosticsConfig,
     state: DiagnosticsState,
     thresholds: RegimeThresholds,
-    mode: str,
+    scoring: Scoring,
 ) -> dict[str, float | str]:
     """The ``za`` and ``xa`` families of one scope (module docstring)."""
     out: dict[str, float | str] = {}
-    scope, budget = pair_set.scope, config.max_batch_tokens
+    scope, rows = pair_set.scope, grids.rows
     scored = [len(row.answer_ids) for row in rows]
-    reasoning_groups = distinct_ids([row.z_ids for row in rows])
-    za_ready = len(set(reasoning_groups)) >= 2
-    xa_ready = bool(rows) and pair_set.num_prompts >= 2
-    if za_ready:
-        prefixes = [[row.x_ids + row.lead_ids] * len(rows) for row in rows]
-        conts = [[other.z_ids + row.bridge_ids + row.answer_ids for other in rows] for row in rows]
-        matrices = score_grid(policy, prefixes, conts, scored, mode=mode, max_batch_tokens=budget)
-        scores = _Scores(*matrices, torch.arange(len(rows)), reasoning_groups)
+    options = {"mode": scoring.mode, "max_batch_tokens": config.max_batch_tokens, "progress": scoring.callback}
+    if grids.za is not None:
+        matrices = score_grid(policy, *grids.za, scored, **options)
+        scores = _Scores(*matrices, torch.arange(len(rows)), grids.reasoning_groups)
         est = _family(out, scope, "za_", scores, config, state)
         out[f"diag/{scope}/za_est/regime"] = thresholds.classify(est)
-    if xa_ready:
-        prefixes = [list(pair_set.columns) for _ in rows]
-        conts = [[row.lead_ids + row.z_ids + row.bridge_ids + row.answer_ids] * len(pair_set.columns) for row in rows]
-        matrices = score_grid(policy, prefixes, conts, scored, mode=mode, max_batch_tokens=budget)
+    if grids.xa is not None:
+        matrices = score_grid(policy, *grids.xa, scored, **options)
         true_col = torch.tensor([row.column for row in rows], dtype=torch.long)
         est = _family(out, scope, "xa_", _Scores(*matrices, true_col, pair_set.col_group), config, state)
         out[f"diag/{scope}/xa_est/regime"] = thresholds.classify(est)
-    for stem, ready in (("za", za_ready), ("xa", xa_ready)):
-        if not ready:
+    for stem, grid in (("za", grids.za), ("xa", grids.xa)):
+        if grid is None:
             out[f"diag/{scope}/{stem}_est/regime"] = UNDETERMINED
     return out

@@ -23,11 +23,14 @@ Two modes compute the same numbers (up to float rounding):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
 MODES: tuple[str, ...] = ("shared", "naive")
+# progress(tokens) is told how many tokens were just scored; shared mode then scores in about this many calls
+PROGRESS_STEPS = 20
+Progress = Callable[[int], None]
 
 # (rows x positions x V) logits materialised at once in naive mode at most: 2**25 floats = 128 MiB in float32
 _MAX_LOGIT_ELEMENTS = 2**25
@@ -42,6 +45,7 @@ def score_matrix(
     *,
     mode: str = "shared",
     max_batch_tokens: int = 8192,
+    progress: Progress | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-sequence S (M, N) and per-token L (M, N) scores of ``reasonings`` (M) under ``prompts`` (N).
 
@@ -54,6 +58,9 @@ def score_matrix(
         reasonings: M non-empty token-id sequences z_i.
         mode: ``"shared"`` (prefix caching through ``policy.score``) or ``"naive"`` (full re-encode).
         max_batch_tokens: tokens per forward pass in naive mode, padding included.
+        progress: called with the number of tokens scored after each piece of work; the pieces add up to
+            :func:`grid_tokens` (``tokens_per_matrix`` for this matrix). Only its presence changes how the
+            work is split, never the numbers.
     """
     _check_ids("prompts", prompts)
     _check_ids("reasonings", reasonings)
@@ -66,6 +73,7 @@ def score_matrix(
         [len(z) for z in reasonings],
         mode=mode,
         max_batch_tokens=max_batch_tokens,
+        progress=progress,
     )
 
 
@@ -77,6 +85,7 @@ def score_grid(
     *,
     mode: str = "shared",
     max_batch_tokens: int = 8192,
+    progress: Progress | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """S[i, j] = sum of log p over the last ``scored[i]`` tokens of ``continuations[i][j]`` after
     ``prefixes[i][j]``, and L = S / scored[i]; both (M, N) float64 (see the module docstring)."""
@@ -89,27 +98,77 @@ def score_grid(
     cell_conts = [continuations[i][j] for i in range(num_rows) for j in range(num_cols)]
     cell_scored = [scored[i] for i in range(num_rows) for _ in range(num_cols)]
     if mode == "shared":
-        sums = _shared_sums(policy, cell_prefixes, cell_conts, cell_scored)
+        sums = _shared_sums(policy, cell_prefixes, cell_conts, cell_scored, progress)
     else:
-        sums = _naive_sums(policy, cell_prefixes, cell_conts, cell_scored, max_batch_tokens)
+        sums = _naive_sums(policy, cell_prefixes, cell_conts, cell_scored, max_batch_tokens, progress)
     per_seq = sums.reshape(num_rows, num_cols)  # (M, N)
     lengths = torch.tensor(list(scored), dtype=torch.float64).reshape(num_rows, 1)  # (M, 1)
     return per_seq, per_seq / lengths
 
 
-def _shared_sums(policy, prefixes, continuations, scored) -> torch.Tensor:
-    """(C,) float64 sums of the last ``scored[c]`` log-probs of each cell, through ``policy.score``."""
-    logps = policy.score(prefixes, continuations)
-    if len(logps) != len(prefixes):
-        raise ValueError(f"policy.score returned {len(logps)} results for {len(prefixes)} cells")
+def _shared_sums(policy, prefixes, continuations, scored, progress: Progress | None = None) -> torch.Tensor:
+    """(C,) float64 sums of the last ``scored[c]`` log-probs of each cell, through ``policy.score``.
+
+    With ``progress``, the cells go to ``policy.score`` in about ``PROGRESS_STEPS`` calls of whole prefix groups
+    (every cell of a prefix in the same call, so each prefix is still encoded once).
+    """
+    logps: list = [None] * len(prefixes)
+    for cells in _prefix_chunks(prefixes, continuations, PROGRESS_STEPS if progress else 1):
+        chunk = policy.score([prefixes[c] for c in cells], [continuations[c] for c in cells])
+        if len(chunk) != len(cells):
+            raise ValueError(f"policy.score returned {len(chunk)} results for {len(cells)} cells")
+        for c, logp in zip(cells, chunk, strict=True):
+            logps[c] = logp
+        if progress is not None:
+            progress(_shared_tokens([prefixes[c] for c in cells], [continuations[c] for c in cells]))
     sums = torch.empty(len(prefixes), dtype=torch.float64)  # (C,)
     for c, (logp, k) in enumerate(zip(logps, scored, strict=True)):
         sums[c] = logp.to(torch.float64)[len(logp) - k :].sum()
     return sums
 
 
+def _prefix_chunks(prefixes, continuations, steps: int) -> list[list[int]]:
+    """Cell indices grouped by prefix, packed in order into about ``steps`` chunks of similar token counts."""
+    if steps <= 1:
+        return [list(range(len(prefixes)))]
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for c, prefix in enumerate(prefixes):
+        groups.setdefault(tuple(prefix), []).append(c)
+    sizes = [len(prefix) + sum(len(continuations[c]) for c in cells) for prefix, cells in groups.items()]
+    target = max(1, sum(sizes) // steps)
+    chunks: list[list[int]] = [[]]
+    filled = 0
+    for cells, size in zip(groups.values(), sizes, strict=True):
+        if chunks[-1] and filled + size > target:
+            chunks.append([])
+            filled = 0
+        chunks[-1].extend(cells)
+        filled += size
+    return chunks
+
+
+def _shared_tokens(prefixes, continuations) -> int:
+    """Tokens shared-mode scoring runs through the model: each distinct prefix once, every continuation."""
+    return sum(len(p) for p in {tuple(p) for p in prefixes}) + sum(len(c) for c in continuations)
+
+
+def grid_tokens(prefixes: Sequence[Sequence[Ids]], continuations: Sequence[Sequence[Ids]], mode: str) -> int:
+    """Tokens a ``score_grid`` call runs through the model (what ``progress`` adds up to).
+
+    >>> grid_tokens([[[1, 2, 3], [4, 5, 6]]] * 2, [[[7], [7]], [[8, 9], [8, 9]]], "shared")
+    12
+    """
+    cell_prefixes = [p for row in prefixes for p in row]
+    cell_conts = [c for row in continuations for c in row]
+    if mode == "naive":
+        return sum(len(p) + len(c) for p, c in zip(cell_prefixes, cell_conts, strict=True))
+    return _shared_tokens(cell_prefixes, cell_conts)
+
+
 @torch.no_grad()
-def _naive_sums(policy, prefixes, continuations, scored, max_batch_tokens: int) -> torch.Tensor:
+def _naive_sums(
+    policy, prefixes, continuations, scored, max_batch_tokens: int, progress: Progress | None = None
+) -> torch.Tensor:
     """(C,) float64 sums, every cell encoded from scratch in left-padded micro-batches."""
     if not (isinstance(max_batch_tokens, int) and max_batch_tokens >= 1):
         raise ValueError(f"max_batch_tokens must be an int >= 1, got {max_batch_tokens!r}")
@@ -125,6 +184,8 @@ def _naive_sums(policy, prefixes, continuations, scored, max_batch_tokens: int) 
         batch_sums = _naive_batch(model, [sequences[c] for c in batch], [scored[c] for c in batch], device)
         sums[batch] = batch_sums
         start += rows
+        if progress is not None:
+            progress(sum(len(sequences[c]) for c in batch))
     return sums
 
 

@@ -77,6 +77,7 @@ class FrozenLakeEnv(TextEnv):
     description = "Walk to the goal (G) without falling into a hole (O); the ice may slip; binary reward."
     action_words = ("Left", "Down", "Right", "Up")
     symbol_legend = "P player, _ frozen, O hole, G goal, X player in a hole, √ player on the goal"
+    option_limits = {"size": 32, "max_steps": 1000}  # checked by make(); a larger map outgrows the context
     default_action_budget = 10
     multi_turn = True
     max_actions_per_turn = 10

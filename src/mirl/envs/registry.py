@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -77,15 +78,36 @@ def env_options(name: str) -> dict[str, tuple[Any, str]]:
     return options
 
 
-def make(name: str, **kwargs: Any) -> TextEnv:
-    """Instantiate environment ``name`` with keyword options; unknown names or options raise ``ValueError``."""
+def check_options(name: str, options: Mapping[str, Any]) -> None:
+    """Raise ``ValueError`` for an unknown env or option, a NaN/inf number, or a value outside the env's bounds.
+
+    Upper bounds are the class attribute ``option_limits``: ``{option: largest value}``, for numbers or
+    sequences of numbers (lower bounds and types are the constructor's to check). Nothing is built, so a
+    data-backed env is checked without loading its data.
+    """
     cls = _lookup(name)
     valid = list(env_options(name))
     takes_any = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(cls.__init__).parameters.values())
-    for key in kwargs:
+    limits = getattr(cls, "option_limits", {})
+    for key, value in options.items():
         if key not in valid and not takes_any:
             raise ValueError(
                 f"unknown option {key!r} for environment {name!r}; valid options: "
                 f"{', '.join(valid) or '(none)'}.{_nearest(key, valid)}"
             )
-    return cls(**kwargs)
+        numbers = [v for v in (value if isinstance(value, list | tuple) else [value]) if _is_number(v)]
+        if any(not math.isfinite(v) for v in numbers):
+            raise ValueError(f"option {key}={value!r} of environment {name!r} must be finite")
+        if key in limits and any(v > limits[key] for v in numbers):
+            raise ValueError(f"option {key} of environment {name!r} must be at most {limits[key]}, got {value!r}")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def make(name: str, **kwargs: Any) -> TextEnv:
+    """Instantiate environment ``name`` with keyword options; unknown names or options, and options out of
+    bounds (:func:`check_options`), raise ``ValueError``."""
+    check_options(name, kwargs)
+    return _lookup(name)(**kwargs)

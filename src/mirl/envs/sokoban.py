@@ -123,6 +123,8 @@ class SokobanEnv(TextEnv):
     description = "Push every box (X) onto a target (O) in a small generated room; dense reward, deterministic."
     action_words = tuple(MOVES)
     symbol_legend = "# wall, _ floor, O target, X box, √ box on target, P player, S player on target"
+    # upper bounds checked by make(): bigger rooms make generation slow and observations long
+    option_limits = {"height": 12, "width": 12, "num_boxes": 4, "max_solution_moves": 100, "max_steps": 1000}
     default_action_budget = 10
     multi_turn = True
     max_actions_per_turn = 10

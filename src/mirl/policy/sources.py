@@ -33,6 +33,8 @@ from pathlib import Path
 
 import torch
 
+from mirl.errors import DeviceError
+
 # ChatML, the chat format of SmolLM2 and Qwen: <|im_start|>role\n content <|im_end|>\n
 CHATML_TEMPLATE = (
     "{%- for message in messages %}"
@@ -66,10 +68,26 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    """``"auto"`` is cuda when available, else cpu; anything else is passed to ``torch.device``."""
+    """``"auto"`` is cuda when available, else cpu; anything else is passed to ``torch.device``.
+
+    A device this machine lacks (``cuda`` without a GPU, ``cuda:3`` on a one-GPU machine, ``mps`` off a Mac)
+    raises :class:`~mirl.errors.DeviceError` here, before any weights are read.
+    """
     if str(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    try:
+        resolved = torch.device(device)
+    except RuntimeError as err:
+        raise DeviceError(f"unknown device {str(device)!r} ({err}); use auto, cpu, cuda or cuda:N") from None
+    if resolved.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise DeviceError(f"device {str(device)!r} was asked for, but this machine has no CUDA GPU; use cpu")
+        if resolved.index is not None and resolved.index >= count:
+            raise DeviceError(f"device {str(device)!r} does not exist: this machine has {count} GPU(s), cuda:0..")
+    if resolved.type == "mps" and not torch.backends.mps.is_available():
+        raise DeviceError(f"device {str(device)!r} is not available on this machine; use cpu or auto")
+    return resolved
 
 
 def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
@@ -128,16 +146,44 @@ def require_gguf_support() -> None:
         )
 
 
+@dataclass(frozen=True)
+class RunWeights:
+    """A mirl run directory named as a model: its ``config.yaml`` names the base model (and LoRA settings),
+    ``checkpoint`` (a ``checkpoints/iteration_N`` directory holding ``state.pt``) the trained weights;
+    None = the run's newest complete checkpoint."""
+
+    run_dir: Path
+    checkpoint: Path | None
+
+
+def find_run_weights(name: str | os.PathLike) -> RunWeights | None:
+    """``RUN`` (a directory with ``config.yaml``) or ``RUN/checkpoints/iteration_N`` -> RunWeights, else None."""
+    path = Path(name).expanduser()
+    if (path / "config.yaml").is_file() and not (path / "config.json").is_file():
+        return RunWeights(path, None)
+    run_dir = path.parent.parent
+    if (path / "state.pt").is_file() and path.parent.name == "checkpoints" and (run_dir / "config.yaml").is_file():
+        return RunWeights(run_dir, path)
+    return None
+
+
 def resolve_model(name: str, cache_dir: str | os.PathLike | None = None) -> tuple[str, dict]:
     """``(path_or_id, from_pretrained kwargs)`` for a model name (see the module docstring for the order).
 
-    For the built-in name this may convert the packaged GGUF into the cache (once).
+    For the built-in name this may convert the packaged GGUF into the cache (once). A mirl run or checkpoint
+    directory is refused with a pointer to the loaders that read it (``mirl diagnose`` and ``mirl eval`` do).
     """
     key = name.strip().lower()
     if key in BUILTINS:
         return _resolve_builtin(key, BUILTINS[key], cache_dir)
     path = Path(name).expanduser()
+    if find_run_weights(path) is not None:
+        raise ValueError(
+            f"{name!r} is a mirl run or checkpoint directory, not a transformers model directory; load it with "
+            "mirl.trainer.run.load_trained_policy (mirl eval and mirl diagnose --model accept it)"
+        )
     if path.is_dir():
+        _require_model_files(path, name)
         return str(path), {}
     if name.lower().endswith(".gguf"):
         if not path.is_file():
@@ -151,6 +197,18 @@ def resolve_model(name: str, cache_dir: str | os.PathLike | None = None) -> tupl
     raise ValueError(
         f"unknown model {name!r}: expected a hub id 'org/name', an existing directory, a .gguf file, or one of "
         f"{', '.join(BUILTINS)}"
+    )
+
+
+def _require_model_files(path: Path, name: str) -> None:
+    """A local model directory holds ``config.json`` (a model) or ``adapter_config.json`` (a PEFT adapter)."""
+    if (path / "config.json").is_file() or (path / "adapter_config.json").is_file():
+        return
+    if path.parent.name == "checkpoints":
+        raise ValueError(f"checkpoint {name!r} is incomplete (no state.pt); pass an older checkpoint or the run")
+    raise ValueError(
+        f"directory {name!r} holds no model (no config.json); pass a model directory written by save_pretrained, "
+        "a run directory, RUN/checkpoints/iteration_N, a hub id or a .gguf file"
     )
 
 
@@ -225,8 +283,8 @@ def load_model_and_tokenizer(
     """``(model, tokenizer)`` for any name :func:`resolve_model` accepts, on ``device`` in ``dtype``, eval mode."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    torch_device = resolve_device(device)  # an unavailable device fails before any conversion or download
     path, kwargs = resolve_model(name, cache_dir)
-    torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
     tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
     model_kwargs = dict(kwargs, **gguf_model_kwargs()) if "gguf_file" in kwargs else kwargs

@@ -5,6 +5,7 @@ log, checkpoint, validate, early stops. Everything else lives in named helpers (
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,7 +51,14 @@ def iteration_seed(config: Config, iteration: int) -> int:
 def train(
     config: Config, *, policy=None, run_dir: str | Path | None = None, resume: bool = False, console=None
 ) -> RunResult:
-    """Train ``config.trainer.iterations`` iterations (or continue a run with ``resume=True``)."""
+    """Train ``config.trainer.iterations`` iterations (or continue a run with ``resume=True``).
+
+    ``config`` is checked as ``load_config`` checks it (a Config built or changed in Python gets the same range and
+    choice checks) before anything is written.
+    """
+    from mirl.config_checks import validate
+
+    validate(config)
     run_dir = Path(run_dir) if run_dir is not None else run_directory(config)
     prepare(run_dir, config, resume)
     policy = policy if policy is not None else load_policy(config)
@@ -73,7 +81,7 @@ def train(
     try:
         while stop_reason is None and state.iteration < config.trainer.iterations:
             state.iteration += 1
-            metrics, stop_reason = run_iteration(policy, learner, preset, config, state, run_dir)
+            metrics, stop_reason = run_iteration(policy, learner, preset, config, state, run_dir, sinks)
             sinks.log(state.iteration, metrics)
             summary.update(iterations_done=state.iteration)
             if stop_reason:
@@ -95,22 +103,26 @@ def train(
     return RunResult(run_dir, state.iteration, stop_reason, final)
 
 
-def run_iteration(policy, learner, preset, config: Config, state: TrainState, run_dir: Path):
-    """One iteration; returns its metrics and a stop reason (or None)."""
+def run_iteration(
+    policy, learner, preset, config: Config, state: TrainState, run_dir: Path, sinks: Sinks | None = None
+):
+    """One iteration; returns its metrics and a stop reason (or None). ``sinks`` draws the rollout, scoring and
+    validation bars (none without it)."""
     iteration, seed, timer = state.iteration, iteration_seed(config, state.iteration), Timer()
     P, K = config.rollout.prompts_per_iteration, config.rollout.group_size
-    with timer("rollout"):
-        episodes, refills = stages.collect(policy, config, iteration, sampling_seed=seed)
+    with timer("rollout"), _work(sinks, "rollout", "turns") as progress:
+        episodes, refills = stages.collect(policy, config, iteration, sampling_seed=seed, progress=progress)
     returns = stages.group_returns(episodes, P, K)  # (P, K)
     metrics = stages.rollout_metrics(episodes) | {"rollout/refill_rounds": float(refills)}
     if config.diagnostics.enabled and is_scheduled(iteration, config.diagnostics.every):
-        with timer("scoring"):
+        with timer("scoring"), _work(sinks, "scoring", "tokens") as progress:
             metrics |= run_diagnostics(
                 policy,
                 episodes,
                 config.diagnostics,
                 state.diagnostics,
                 generator=torch.Generator().manual_seed(seed),
+                progress=progress,
             )
     with timer("filter"):
         selection, rows = stages.select(returns, config)
@@ -131,8 +143,8 @@ def run_iteration(policy, learner, preset, config: Config, state: TrainState, ru
     save_rollouts(run_dir, config, iteration, episodes)
     log_groups(run_dir, iteration, episodes, returns, selection, labels)
     if _due(iteration, config.validation.every, config):
-        with timer("validation"):
-            val = validate(policy, config)
+        with timer("validation"), _work(sinks, "validation", "turns") as progress:
+            val = validate(policy, config, progress=progress)
         metrics |= val
         stop = stop or after_validation(state.early_stop, config.trainer.early_stop, success=val["val/success"])
     if _due(iteration, config.trainer.checkpoint_every, config) or stop:
@@ -175,6 +187,11 @@ def train_on(batch, kept, returns, learner, preset, config: Config, state, seed:
                 micro_batch_size=config.algorithm.micro_batch_size,
             )
     return metrics | update(learner, inputs, preset, config.algorithm, torch.Generator().manual_seed(seed))
+
+
+def _work(sinks: Sinks | None, label: str, unit: str):
+    """``sinks.work(label, unit)``, or a block that yields None (no bar) without sinks."""
+    return sinks.work(label, unit) if sinks is not None else nullcontext()
 
 
 def _due(iteration: int, every: int, config: Config) -> bool:

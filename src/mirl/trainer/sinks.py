@@ -1,5 +1,6 @@
 """Where metrics go: metrics.jsonl (always), TensorBoard (when installed), Weights & Biases (on request), and a
-rich progress bar with ETA and the headline metrics on the console.
+rich progress bar with ETA and the headline metrics on the console. Long steps inside an iteration (rollout, scoring
+for the diagnostics, validation) get a second bar under it for as long as they run (:meth:`Sinks.work`).
 
 Every key handed to :meth:`Sinks.log` must be in the catalogue (:mod:`mirl.trainer.metrics`); an unknown key is a
 programming error and raises, so the catalogue can never fall behind the code.
@@ -10,6 +11,8 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from mirl.config import LoggingConfig
@@ -41,7 +44,7 @@ class Sinks:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
             self.progress = Progress(
-                TextColumn("[bold]train"),
+                TextColumn("[bold]{task.description}"),
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeRemainingColumn(),
@@ -88,6 +91,23 @@ class Sinks:
                 f"{label} {self.latest[key]:.3g}" for key, label in HEADLINE if _finite_number(self.latest.get(key))
             )
             self.progress.update(self.task, completed=iteration, headline=headline)
+
+    @contextmanager
+    def work(self, label: str, unit: str) -> Iterator[Callable[[int, int], None] | None]:
+        """Yield ``update(done, total)`` for a bar ``label`` under the training bar (``done``/``total`` in ``unit``,
+        with an estimate of the time left), removed when the block ends; yield None when progress is off."""
+        if self.progress is None:
+            yield None
+            return
+        task = self.progress.add_task(f"  {label}", total=None, headline=unit)
+
+        def update(done: int, total: int) -> None:
+            self.progress.update(task, completed=done, total=total)
+
+        try:
+            yield update
+        finally:
+            self.progress.remove_task(task)
 
     def print(self, message: str) -> None:
         if self.progress is not None:

@@ -3,21 +3,33 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from mirl.config import Config
 from mirl.rollout import run_episodes
 from mirl.trainer.specs import validation_specs
+from mirl.trainer.stages import turn_progress
 from mirl.types import Episode
 
 VALIDATION_SAMPLING_SEED = 7_777_777  # identical samples at every validation of every run with the same weights
 
 
-def validate(policy, config: Config) -> dict[str, float]:
-    """success, return, pass@K and action validity, overall and per env (``val/*`` keys)."""
+def validate(policy, config: Config, progress: Callable[[int, int], None] | None = None) -> dict[str, float]:
+    """success, return, pass@K and action validity, overall and per env (``val/*`` keys).
+
+    ``progress(done, total)``, if given, counts turns played out of ``rollout.max_turns``: ``(0, T)`` before the
+    first turn, ``(t, T)`` after turn t, and ``(T, T)`` at the end (also when every episode ended sooner).
+    """
     K = config.validation.group_size
     rollout = dataclasses.replace(config.rollout, temperature=config.validation.temperature)
     specs = validation_specs(config)
-    episodes = run_episodes(policy, specs, K, rollout, sampling_seed=VALIDATION_SAMPLING_SEED)
+    turns = rollout.max_turns
+    if progress is not None:
+        progress(0, turns)
+    played = turn_progress(progress, 0, turns)
+    episodes = run_episodes(policy, specs, K, rollout, sampling_seed=VALIDATION_SAMPLING_SEED, progress=played)
+    if progress is not None:
+        progress(turns, turns)
     metrics = _summary(episodes, K, "")
     for env in sorted({spec.env for spec in specs}):
         metrics |= _summary([e for e in episodes if e.spec.env == env], K, f"/{env}")

@@ -1,0 +1,207 @@
+"""Every sub-command answers a user error with one line ``mirl <cmd>: <message>`` on stderr and exit status 2.
+
+The cases are the ones a new user hits: a bad key, a value out of range, a missing file, a directory instead of
+a file, an empty file, malformed lines, an unknown environment and an unavailable device. Each runs through the
+real argument parser (``mirl.cli.main``) and fails before any model is loaded, so the whole table takes seconds.
+"""
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from mirl.cli import main
+from mirl.config import ConfigError
+from mirl.rollout import write_episodes
+
+from ..diagnostics.helpers import grid_episodes
+
+NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a CUDA GPU")
+
+
+@pytest.fixture
+def files(tmp_path):
+    """Bad inputs of every kind, by name."""
+    (tmp_path / "empty.yaml").write_text("")
+    (tmp_path / "empty.jsonl").write_text("\n\n")
+    (tmp_path / "broken.yaml").write_text("rollout: {group_size: 4\n")
+    (tmp_path / "broken.jsonl").write_text('{"schema": 1, "turns": []}\n{"schema": 1,\n')
+    (tmp_path / "keys.jsonl").write_text('{"schema": 1, "turns": []}\n')
+    (tmp_path / "group.jsonl").write_text(json.dumps({"messages": [{"role": "user", "content": "x"}], "group": [1]}))
+    (tmp_path / "reward.jsonl").write_text(json.dumps({"messages": [{"role": "user", "content": "x"}], "reward": None}))
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.yaml").write_text("rollout: {group_size: 4}\n")
+    (tmp_path / "a_file").write_text("not a run\n")
+    (tmp_path / "emptyrun").mkdir()
+    (tmp_path / "emptyrun" / "config.yaml").write_text("")
+    write_episodes(tmp_path / "good.jsonl", grid_episodes(num_groups=2, samples=2, num_turns=1))
+    return tmp_path
+
+
+# (argv with {tmp} for the fixture directory, text the message must hold)
+CASES = {
+    "train bad key": (["train", "rollout.grup_size=4"], "did you mean 'rollout.group_size'"),
+    "train wrong type": (["train", "rollout.group_size=four"], "'rollout.group_size' got 'four'"),
+    "train out of range": (["train", "algorithm.actor_lr=nan"], "algorithm.actor_lr must be a finite number >= 0"),
+    "train negative cadence": (["train", "trainer.checkpoint_every=-5"], "trainer.checkpoint_every must be"),
+    "train missing file": (["train", "{tmp}/nope.yaml"], "does not exist"),
+    "train directory": (["train", "{tmp}/adir"], "is a directory"),
+    "train empty file": (["train", "{tmp}/empty.yaml"], "is empty"),
+    "train malformed": (["train", "{tmp}/broken.yaml"], "is not valid YAML"),
+    "train unknown env": (["train", "envs=[{name: frozenlak}]"], "unknown environment 'frozenlak'"),
+    "train env option": (["train", "envs=[{name: frozenlake, options: {size: 100000}}]"], "at most 32"),
+    "train run name": (["train", "trainer.name=../../x"], "trainer.name must be one path component"),
+    "train resume missing": (["train", "--resume", "{tmp}/nope"], "does not exist"),
+    "train env secret": (["train", "trainer.name=${oc.env:HOME}"], "resolvers such as"),
+    "train not a mapping": (["train", "{tmp}/a_file"], "must hold a mapping of keys"),
+    "train bad option": (["train", "--bogus"], "unrecognized arguments: --bogus"),
+    "train resume file": (["train", "--resume", "{tmp}/a_file"], "is a file, not a run directory"),
+    "train resume not a run": (["train", "--resume", "{tmp}/adir"], "is not a run directory"),
+    "train resume empty config": (["train", "--resume", "{tmp}/emptyrun"], "is empty"),
+    "eval bad key": (["eval", "some/model", "rollout.grup_size=4"], "unknown config key"),
+    "eval out of range": (["eval", "some/model", "validation.num_instances=0"], "validation.num_instances must"),
+    "eval missing model": (["eval", "{tmp}/nope"], "unknown model"),
+    "eval config directory": (["eval", "some/model", "--config", "{tmp}/adir"], "is a directory"),
+    "eval run without checkpoint": (["eval", "{tmp}/run"], "no complete checkpoint"),
+    "eval missing config": (["eval", "some/model", "--config", "{tmp}/nope.yaml"], "does not exist"),
+    "eval empty config": (["eval", "some/model", "--config", "{tmp}/empty.yaml"], "is empty"),
+    "eval malformed config": (["eval", "some/model", "--config", "{tmp}/broken.yaml"], "is not valid YAML"),
+    "eval empty run config": (["eval", "{tmp}/emptyrun"], "is empty"),
+    "eval unknown env": (["eval", "some/model", "envs=[{name: frozenlak}]"], "unknown environment 'frozenlak'"),
+    "eval empty model directory": (["eval", "{tmp}/adir"], "holds no model (no config.json)"),
+    "eval out directory": (["eval", "some/model", "--out", "{tmp}/adir"], "--out '{tmp}/adir' is a directory"),
+    "diagnose out of range": (["diagnose", "{tmp}/keys.jsonl", "--pairs", "0"], "--pairs must be >= 1"),
+    "diagnose bad type": (["diagnose", "{tmp}/keys.jsonl", "--pairs", "x"], "invalid int value"),
+    "diagnose bad option": (["diagnose", "{tmp}/keys.jsonl", "--scope", "all_of_them"], "invalid choice"),
+    "diagnose missing file": (["diagnose", "{tmp}/nope.jsonl"], "no such file"),
+    "diagnose directory": (["diagnose", "{tmp}/adir"], "is a directory"),
+    "diagnose empty file": (["diagnose", "{tmp}/empty.jsonl"], "holds no JSON lines"),
+    "diagnose malformed": (["diagnose", "{tmp}/broken.jsonl"], "broken.jsonl:2: not valid JSON"),
+    "diagnose missing keys": (["diagnose", "{tmp}/keys.jsonl"], "keys.jsonl:1: field 'env' is missing"),
+    "diagnose list group": (["diagnose", "{tmp}/group.jsonl"], "group.jsonl:1: field 'group' must be"),
+    "diagnose null reward": (["diagnose", "{tmp}/reward.jsonl"], "reward.jsonl:1: field 'reward' must be a finite"),
+    "diagnose missing model": (["diagnose", "{tmp}/good.jsonl", "--model", "{tmp}/nope"], "unknown model"),
+    "diagnose empty model directory": (["diagnose", "{tmp}/good.jsonl", "--model", "{tmp}/adir"], "holds no model"),
+    "diagnose model without checkpoint": (["diagnose", "{tmp}/good.jsonl", "--model", "{tmp}/run"], "no complete"),
+    "diagnose out directory": (["diagnose", "{tmp}/good.jsonl", "--out", "{tmp}/adir"], "is a directory"),
+    "diagnose out under a file": (["diagnose", "{tmp}/good.jsonl", "--out", "{tmp}/a_file/x.json"], "is a file"),
+    "report missing run": (["report", "{tmp}/nope"], "does not exist"),
+    "report bad option": (["report", "{tmp}/run", "--episodes", "-1"], "expected a whole number"),
+    "report file": (["report", "{tmp}/a_file"], "is a file, not a run directory"),
+    "report not a run": (["report", "{tmp}/adir"], "is not a run directory (it holds none of config.yaml"),
+    "report out directory": (["report", "{tmp}/run", "--out", "{tmp}/adir"], "is a directory"),
+    "report bad iterations": (["report", "{tmp}/run", "--iterations", "1,x"], "expected comma-separated"),
+    "compare missing run": (["compare", "{tmp}/nope", "{tmp}/run"], "does not exist"),
+    "compare file": (["compare", "{tmp}/run", "{tmp}/a_file"], "is a file, not a run directory"),
+    "compare not a run": (["compare", "{tmp}/run", "{tmp}/adir"], "is not a run directory"),
+    "compare out directory": (["compare", "{tmp}/run", "--out", "{tmp}/adir"], "is a directory"),
+    "compare labels": (["compare", "{tmp}/run", "--labels", "a", "b"], "one label per run"),
+    "envs bad option": (["envs", "--bogus"], "unrecognized arguments: --bogus"),
+    "envs unknown env": (["envs", "frozenlak"], "unknown environment 'frozenlak'"),
+    "play unknown env": (["play", "frozenlak"], "unknown environment 'frozenlak'"),
+    "play out of range": (["play", "frozenlake", "size=100000"], "at most 32"),
+    "play bad option": (["play", "frozenlake", "sise=5"], "unknown option 'sise'"),
+    "play bad seed": (["play", "frozenlake", "--seed", "x"], "--seed expects an integer"),
+    "play no env": (["play"], "the following arguments are required"),
+    "unknown command": (["trian"], "invalid choice: 'trian'"),
+}
+DEVICE_CASES = {
+    "train device": (["train", "model.device=cuda"], "has no CUDA GPU"),
+    "eval device": (["eval", "some/model", "model.device=cuda"], "has no CUDA GPU"),
+    "diagnose device": (["diagnose", "{tmp}/good.jsonl", "--device", "cuda", "--model", "x/y"], "has no CUDA GPU"),
+}
+
+
+def run_cli(argv, tmp, capsys):
+    argv = [arg.replace("{tmp}", str(tmp)) for arg in argv]
+    try:
+        code = main(argv)
+    except SystemExit as exit_:  # argparse's own errors
+        code = exit_.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def assert_one_line_user_error(code, out, err, command, text):
+    assert code == 2, (out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"mirl {command}: " if command else "mirl: "), err
+    assert text in lines[0], err
+    assert "Traceback" not in out + err
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_user_errors_are_one_line_and_exit_2(case, files, capsys):
+    argv, text = CASES[case]
+    text = text.replace("{tmp}", str(files))
+    code, out, err = run_cli(argv, files, capsys)
+    command = argv[0] if argv[0] != "trian" else ""
+    assert_one_line_user_error(code, out, err, command, text)
+
+
+@NO_CUDA
+@pytest.mark.parametrize("case", sorted(DEVICE_CASES))
+def test_an_unavailable_device_is_a_user_error(case, files, capsys):
+    argv, text = DEVICE_CASES[case]
+    code, out, err = run_cli(argv, files, capsys)
+    assert_one_line_user_error(code, out, err, argv[0], text)
+
+
+def test_nothing_is_written_for_a_config_error(tmp_path, capsys):
+    argv = ["train", f"trainer.output_dir={tmp_path}/runs", "trainer.checkpoint_every=-5"]
+    code, _, _ = run_cli(argv, tmp_path, capsys)
+    assert code == 2 and not (tmp_path / "runs").exists()
+
+
+def test_a_real_process_prints_one_line_and_debug_raises(tmp_path):
+    command = [sys.executable, "-m", "mirl.cli", "train", "rollout.grup_size=4"]
+    plain = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path)
+    assert plain.returncode == 2 and plain.stdout == ""
+    assert plain.stderr.strip().splitlines() == [
+        "mirl train: unknown config key 'rollout.grup_size' in override 'rollout.grup_size=4'; "
+        "did you mean 'rollout.group_size'?"
+    ]
+    for argv in (["--debug", "train", "rollout.grup_size=4"], ["train", "rollout.grup_size=4", "--debug"]):
+        with pytest.raises(ConfigError, match="unknown config key"):  # the traceback is Python's own
+            main(argv)
+
+
+def test_report_and_compare_list_malformed_lines_and_go_on(files, capsys):
+    """A run being written has a torn last line: ``report`` and ``compare`` skip malformed lines (exit 0) and name
+    each one with its line number, rather than refusing the whole run."""
+    run = files / "torn"
+    run.mkdir()
+    (run / "config.yaml").write_text("rollout: {group_size: 4\n")
+    (run / "metrics.jsonl").write_text('{"iteration": 1, "rollout/success": 0.5}\n[1]\n{"iteration": 2, "rol')
+    for argv in (["report", str(run)], ["compare", str(run), "--out", str(files / "c.html")]):
+        code, out, err = run_cli(argv, files, capsys)
+        assert code == 0 and "Traceback" not in out + err
+        assert "metrics.jsonl line 2: not a JSON object, skipped" in out
+        assert "config.yaml is not valid YAML" in out
+
+
+DEBUG_CASES = (
+    "train bad key",
+    "eval missing config",
+    "diagnose missing keys",
+    "report not a run",
+    "compare file",
+    "compare labels",
+    "envs unknown env",
+    "play out of range",
+)
+
+
+@pytest.mark.parametrize("case", DEBUG_CASES)
+def test_debug_shows_the_traceback_for_every_command(case, files):
+    """``--debug`` (before or after the command) lets the exception through, so Python prints its traceback."""
+    argv = [arg.replace("{tmp}", str(files)) for arg in CASES[case][0]]
+    for debug_argv in (["--debug", *argv], [*argv, "--debug"]):
+        with pytest.raises(Exception, match=re.escape(CASES[case][1])) as raised:
+            main(debug_argv)
+        assert not isinstance(raised.value, SystemExit)

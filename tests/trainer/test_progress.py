@@ -1,0 +1,121 @@
+"""Progress of the long steps inside an iteration: the rollout, the scoring of the diagnostics and validation each
+draw a bar under the training bar whose total is known before the first piece of work, and which ends at that
+total."""
+
+import dataclasses
+import io
+
+import pytest
+from rich.console import Console
+
+from mirl.config import ConfigError
+from mirl.trainer import train
+from mirl.trainer.sinks import Sinks
+from mirl.trainer.validation import validate
+
+
+def _assert_bar(calls):
+    """First call ``(0, total)`` with the total already known; done never falls; the last call is ``(total, total)``."""
+    total = calls[0][1]
+    assert calls[0] == (0, total) and total > 0
+    assert all(t == total for _, t in calls), calls
+    done = [d for d, _ in calls]
+    assert done == sorted(done) and done[-1] == total, calls
+
+
+def test_validation_counts_turns_up_front(formatted_policy, run_config):
+    config = run_config("val", "validation.num_instances=2", "rollout.max_turns=3")
+    calls = []
+    metrics = validate(formatted_policy, config, progress=lambda done, total: calls.append((done, total)))
+    _assert_bar(calls)
+    assert calls[0] == (0, 3) and 0.0 <= metrics["val/success"] <= 1.0
+    assert validate(formatted_policy, config) == metrics  # the callback changes no number
+
+
+def test_training_draws_rollout_scoring_and_validation_bars(formatted_policy, run_config, monkeypatch):
+    bars = []
+    work = Sinks.work
+
+    def recording_work(self, label, unit):
+        calls = []
+        bars.append((label, unit, calls))
+        context = work(self, label, unit)
+
+        class Recorder:
+            def __enter__(self):
+                update = context.__enter__()
+                assert update is not None  # progress is on in this run
+
+                def record(done, total):
+                    calls.append((done, total))
+                    update(done, total)
+
+                return record
+
+            def __exit__(self, *exc):
+                return context.__exit__(*exc)
+
+        return Recorder()
+
+    monkeypatch.setattr(Sinks, "work", recording_work)
+    config = run_config(
+        "bars",
+        "envs=[{name: frozenlake}]",  # prompts that differ, so the diagnostics have something to score
+        "trainer.iterations=1",
+        "logging.progress=true",
+        "diagnostics.num_pairs=6",
+        "validation.every=1",
+        "validation.num_instances=2",
+    )
+    console = Console(file=io.StringIO(), width=100)
+    train(config, policy=formatted_policy, console=console)
+    expected = [("rollout", "turns"), ("scoring", "tokens"), ("validation", "turns")]
+    assert [(label, unit) for label, unit, _ in bars] == expected
+    for _, _, calls in bars:
+        _assert_bar(calls)
+
+
+def test_work_bar_is_removed_and_off_without_progress(tmp_path, run_config):
+    config = run_config("off", "logging.progress=true")
+    sinks = Sinks(tmp_path, config.logging, total=3, start=0, console=Console(file=io.StringIO()))
+    with sinks.work("scoring", "tokens") as update:
+        update(0, 10)
+        update(10, 10)
+        assert len(sinks.progress.tasks) == 2
+    assert len(sinks.progress.tasks) == 1  # only the training bar is left
+    sinks.close()
+    quiet = Sinks(tmp_path, run_config("quiet").logging, total=3, start=0)
+    with quiet.work("scoring", "tokens") as update:
+        assert update is None
+    quiet.close()
+
+
+def test_rollout_counts_turns_across_refill_rounds(formatted_policy, run_config):
+    """With dynamic sampling every refill round adds ``max_turns`` to the total; done never falls."""
+    from mirl.trainer.stages import collect
+
+    config = run_config(
+        "refill",
+        "rollout.max_turns=2",
+        "algorithm.dynamic_sampling=true",
+        "algorithm.dynamic_sampling_max_rounds=2",
+    )
+    calls = []
+    episodes, rounds = collect(formatted_policy, config, 1, 11, progress=lambda d, t: calls.append((d, t)))
+    assert rounds >= 1, "the tiny policy leaves a zero-spread group, so at least one refill round runs"
+    assert calls[0] == (0, 2) and calls[-1] == (2 * (rounds + 1), 2 * (rounds + 1))
+    done = [d for d, _ in calls]
+    assert done == sorted(done) and all(d <= t for d, t in calls)
+    assert collect(formatted_policy, config, 1, 11) == (episodes, rounds)  # the callback changes no episode
+
+
+def test_train_checks_a_config_built_in_python(tmp_path, formatted_policy, run_config):
+    """``train`` applies load_config's checks to a Config changed in Python, before anything is written."""
+    config = run_config("python")
+    for changes, message in (
+        ({"trainer": dataclasses.replace(config.trainer, name="../../escaped")}, "trainer.name must be one path"),
+        ({"algorithm": dataclasses.replace(config.algorithm, actor_lr=float("inf"))}, "algorithm.actor_lr must be"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            train(dataclasses.replace(config, **changes), policy=formatted_policy)
+    assert not (tmp_path / "python").exists() and not (tmp_path.parent.parent / "escaped").exists()
