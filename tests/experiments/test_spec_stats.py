@@ -1,6 +1,7 @@
 """Sweep specs (expansion, names, errors) and the statistics behind the analyses, on hand-made values."""
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -100,3 +101,23 @@ def test_doctests():
     from mirl.experiments import spec
 
     assert doctest.testmod(stats).failed == 0 and doctest.testmod(spec).failed == 0
+
+
+SHIPPED = sorted((Path(__file__).resolve().parents[2] / "configs" / "sweeps").glob("*/*.yaml"))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_shipped_sweep_spec_plans_runs_whose_configs_load(path):
+    from mirl.experiments.sweep import check_runs
+
+    spec = load_spec(path)
+    runs = spec.runs()
+    iterations = check_runs(spec, runs)  # raises SpecError naming the run and key on any bad override
+    assert runs and set(iterations) == {r.name for r in runs} and min(iterations.values()) >= 1
+
+
+def test_the_shipped_specs_cover_every_analysis_at_both_scales():
+    kinds = {"table", "intervention", "noise", "quartiles", "control", "layout", "regimes", "correlation"}
+    for scale in ("paper", "cpu"):
+        texts = " ".join(p.read_text() for p in SHIPPED if p.parent.name == scale)
+        assert {k for k in kinds if f"--kind {k}" in texts} == kinds, scale

@@ -17,8 +17,8 @@ tied to the sweep process (Linux ``PR_SET_PDEATHSIG``): killing the sweep kills 
 never races a leftover process for a run directory.
 
 ``launcher="ray"`` submits each run's process as a Ray task (``num_cpus`` = the thread count) to the cluster
-at ``ray_address`` (default: a running cluster, ``"auto"``); the sweep directory must be on a filesystem every
-node sees.
+at ``ray_address`` (default ``"auto"``: a running cluster; ``"local"`` starts one on this machine); the sweep
+directory must be on a filesystem every node sees.
 """
 
 from __future__ import annotations

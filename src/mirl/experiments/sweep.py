@@ -151,7 +151,10 @@ def _execute_ray(spec, todo: list[RunJob], jobs: int, result: SweepResult, conso
     except ImportError:
         raise SpecError("--launcher ray needs Ray; install with: pip install 'mirl[ray]'") from None
     threads = runner.threads_per_job(jobs)
-    ray.init(address=ray_address, ignore_reinit_error=True, log_to_driver=False)
+    if ray_address == "local":  # a Ray instance on this machine only, stopped with the sweep
+        ray.init(num_cpus=jobs * threads, include_dashboard=False, log_to_driver=False)
+    else:
+        ray.init(address=ray_address, ignore_reinit_error=True, log_to_driver=False)
     task = ray.remote(num_cpus=threads)(_run_logged)
     env = runner.child_environment(threads)
     pending = {}
