@@ -152,3 +152,36 @@ def test_a_directory_that_is_not_a_sweep_is_refused(tmp_path):
     (tmp_path / "sweep.json").write_text("[1]")
     with pytest.raises(SweepDirError, match="malformed"):
         read_sweep(tmp_path)
+
+
+def test_gradients_average_each_bucket_over_runs_and_iterations(tmp_path):
+    def grads(task_scale, kl):
+        # bucket b with spread 0.1 * (b + 1): task norm = task_scale * spread, entropy 0.5, kl as given
+        out = {}
+        for b in range(3):
+            spread = 0.1 * (b + 1)
+            out |= {f"grad/b{b}/spread_mean": spread, f"grad/b{b}/task/norm": task_scale * spread}
+            out |= {f"grad/b{b}/entropy/norm": 0.5, f"grad/b{b}/kl/norm": kl}
+        return out
+
+    runs = [
+        ("a", {"seed": "1"}, 1, {}, [grads(10.0, 0.0), grads(20.0, 0.2)]),
+        ("b", {"seed": "2"}, 2, {}, [{"rollout/success": 0.0}, grads(30.0, 0.4)]),
+    ]
+    table = KINDS["gradients"](read_sweep(make_sweep(tmp_path / "sw", runs)))
+    assert [r["bucket"] for r in table.rows] == ["b0", "b1", "b2"]
+    assert [round(r["spread"], 12) for r in table.rows] == [0.1, 0.2, 0.3]
+    assert [r["observations"] for r in table.rows] == [3.0, 3.0, 3.0]  # two iterations of a, one of b
+    # task norms of b2: 10, 20, 30 x 0.3 -> mean 6.0; sem = std([3, 6, 9], ddof=1) / sqrt(3) = sqrt(3)
+    assert table.rows[2]["task_norm"].mean == pytest.approx(6.0, rel=1e-12)
+    assert table.rows[2]["task_norm"].sem == pytest.approx(math.sqrt(3.0), rel=1e-12)
+    assert [r["entropy_norm"].mean for r in table.rows] == [0.5, 0.5, 0.5]
+    assert table.rows[0]["kl_norm"].mean == pytest.approx(0.2, rel=1e-12)
+    paths = write_analysis(tmp_path / "sw", table)
+    assert paths["png"].read_bytes().startswith(b"\x89PNG")
+
+
+def test_gradients_without_a_decomposition_say_how_to_get_one(tmp_path):
+    runs = [("a", {"seed": "1"}, 1, {}, [{"rollout/success": 0.0}])]
+    with pytest.raises(AnalysisError, match="gradient_every"):
+        KINDS["gradients"](read_sweep(make_sweep(tmp_path / "sw", runs)))

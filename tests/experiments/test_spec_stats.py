@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from mirl.experiments import stats
+from mirl.experiments import KINDS, stats
 from mirl.experiments.spec import RESUMABLE, SpecError, load_spec
 
 
@@ -117,7 +117,7 @@ def test_every_shipped_sweep_spec_plans_runs_whose_configs_load(path):
 
 
 def test_the_shipped_specs_cover_every_analysis_at_both_scales():
-    kinds = {"table", "intervention", "noise", "quartiles", "control", "layout", "regimes", "correlation"}
+    kinds = set(KINDS)
     for scale in ("paper", "cpu"):
         texts = " ".join(p.read_text() for p in SHIPPED if p.parent.name == scale)
         assert {k for k in kinds if f"--kind {k}" in texts} == kinds, scale

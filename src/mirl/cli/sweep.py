@@ -16,7 +16,11 @@ def register(subparsers) -> None:
     sweep.add_argument("--jobs", type=int, default=1, help="runs at once (threads per run = cores // jobs)")
     sweep.add_argument("--dry-run", action="store_true", help="list the runs and their state; run nothing")
     sweep.add_argument("--launcher", choices=("local", "ray"), default="local", help="local processes or Ray tasks")
-    sweep.add_argument("--ray-address", default="auto", help='Ray cluster address for --launcher ray ("auto": the running cluster; "local": start one here)')
+    sweep.add_argument(
+        "--ray-address",
+        default="auto",
+        help='Ray cluster address for --launcher ray ("auto": the running cluster; "local": start one here)',
+    )
     sweep.set_defaults(func=run_sweep_command)
 
     analyze = subparsers.add_parser(

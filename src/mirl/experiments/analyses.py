@@ -14,6 +14,9 @@ Kinds (``mirl analyze SWEEP_DIR --kind KIND``):
 - ``correlation``: Spearman's rho across runs between final success and each MI-family and entropy-family
   metric (each run's mean over its logged values), with 95 % percentile-bootstrap intervals.
 - ``regimes``: each run's path in the (H(Z|X), MI-Est) plane, with its first and last point and last regime.
+- ``gradients``: the gradient decomposition (``diagnostics.gradient_every``) per reward-spread bucket: the
+  bucket's mean spread and the norms of its task, entropy and KL gradients, mean +- standard error over every
+  (run, iteration) that logged them (the paper's Fig. 3).
 
 Per-run numbers are defined in :mod:`mirl.experiments.collect`.
 """
@@ -264,6 +267,33 @@ def regimes(records: list[RunRecord], **_) -> Table:
     return table
 
 
+GRADIENT_TERMS = ("task", "entropy", "kl")
+
+
+def gradients(records: list[RunRecord], **_) -> Table:
+    _require(records)
+    table = Table("gradients", "Gradient norm per reward-spread bucket", ["spread", "bucket", "observations"])
+    table.columns += [f"{term}_norm" for term in GRADIENT_TERMS]
+    for bucket in range(64):
+        spreads = _observations(records, f"grad/b{bucket}/spread_mean")
+        if not spreads:
+            break
+        spread = Stat(*mean_sem(spreads))
+        row = {"spread": spread.mean, "bucket": f"b{bucket}", "observations": float(len(spreads))}
+        for term in GRADIENT_TERMS:
+            row[f"{term}_norm"] = Stat(*mean_sem(_observations(records, f"grad/b{bucket}/{term}/norm")))
+            table.series.setdefault(f"{term}_norm|all runs", []).append((spread.mean, row[f"{term}_norm"], "all runs"))
+        table.rows.append(row)
+    if not table.rows:
+        raise AnalysisError("no run logged the gradient decomposition; set diagnostics.gradient_every >= 1")
+    table.notes.append("b0 holds the lowest-spread groups; every bucket holds whole prompt groups.")
+    return table
+
+
+def _observations(records: list[RunRecord], key: str) -> list[float]:
+    return [float(v) for r in records if (s := r.series(key)) is not None for v in s.values if math.isfinite(v)]
+
+
 KINDS: dict[str, Callable[..., Table]] = {
     "table": table,
     "intervention": intervention,
@@ -273,4 +303,5 @@ KINDS: dict[str, Callable[..., Table]] = {
     "layout": layout,
     "correlation": correlation,
     "regimes": regimes,
+    "gradients": gradients,
 }
