@@ -185,3 +185,14 @@ def test_gradients_without_a_decomposition_say_how_to_get_one(tmp_path):
     runs = [("a", {"seed": "1"}, 1, {}, [{"rollout/success": 0.0}])]
     with pytest.raises(AnalysisError, match="gradient_every"):
         KINDS["gradients"](read_sweep(make_sweep(tmp_path / "sw", runs)))
+
+
+def test_the_command_line_offers_every_analysis_kind():
+    import argparse
+
+    from mirl.cli import sweep as command
+
+    parser = argparse.ArgumentParser()
+    command.register(parser.add_subparsers(dest="command"))
+    action = next(a for a in parser._subparsers._group_actions[0].choices["analyze"]._actions if a.dest == "kind")
+    assert tuple(action.choices) == tuple(KINDS)

@@ -32,7 +32,17 @@ def register(subparsers) -> None:
     analyze.add_argument(
         "--kind",
         action="append",
-        choices=("table", "intervention", "noise", "quartiles", "control", "layout", "correlation", "regimes"),
+        choices=(
+            "table",
+            "intervention",
+            "noise",
+            "quartiles",
+            "control",
+            "layout",
+            "correlation",
+            "regimes",
+            "gradients",
+        ),
         help="analysis to write (repeatable; default: table)",
     )
     analyze.add_argument("--key", help="the swept key for intervention / noise (default: the only grid key)")
