@@ -196,3 +196,31 @@ def test_the_command_line_offers_every_analysis_kind():
     command.register(parser.add_subparsers(dest="command"))
     action = next(a for a in parser._subparsers._group_actions[0].choices["analyze"]._actions if a.dest == "kind")
     assert tuple(action.choices) == tuple(KINDS)
+
+
+def test_mirl_analyze_writes_each_kind_where_asked_and_never_through_a_link(tmp_path, capsys):
+    from mirl.cli import main
+
+    runs = [
+        (f"r{i}", {"filter.value": str(v)}, 1, {}, [{"rollout/success": v, **diag(v, 1.0)}])
+        for i, v in enumerate([0.1, 0.5, 0.9])
+    ]
+    sweep = make_sweep(tmp_path / "sw", runs)
+    out = tmp_path / "results"
+    out.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    (out / "table.md").symlink_to(victim)
+    assert main(["analyze", str(sweep), "--kind", "table", "--kind", "intervention", "--output", str(out)]) == 0
+    assert victim.read_text() == "keep" and not (out / "table.md").is_symlink()
+    assert "| strategy" not in (out / "table.md").read_text() and "value=0.5" in (out / "table.md").read_text()
+    assert {p.name for p in out.iterdir()} >= {"table.md", "table.csv", "table.png", "intervention.png", "index.html"}
+    assert str(out / "index.html") in capsys.readouterr().out
+
+
+def test_mirl_analyze_on_a_directory_that_is_no_sweep_is_one_line_and_exit_2(tmp_path, capsys):
+    from mirl.cli import main
+
+    assert main(["analyze", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("mirl analyze: ") and "\n" not in err and "sweep.json" in err

@@ -46,6 +46,7 @@ def register(subparsers) -> None:
         help="analysis to write (repeatable; default: table)",
     )
     analyze.add_argument("--key", help="the swept key for intervention / noise (default: the only grid key)")
+    analyze.add_argument("--output", help="directory for the files (default: SWEEP_DIR/analysis)")
     analyze.set_defaults(func=run_analyze)
 
 
@@ -82,7 +83,7 @@ def run_analyze(args: argparse.Namespace) -> int:
     records = read_sweep(args.sweep_dir)
     for kind in args.kind or ["table"]:
         table = KINDS[kind](records, key=args.key)
-        paths = write_analysis(Path(args.sweep_dir), table)
+        paths = write_analysis(Path(args.sweep_dir), table, args.output)
         print(f"{kind}: {paths['md']}  {paths['csv']}  {paths['png']}")
-    print(f"index: {Path(args.sweep_dir) / 'analysis' / 'index.html'}")
+    print(f"index: {paths['md'].parent / 'index.html'}")
     return 0

@@ -108,19 +108,20 @@ def figure_png(table: Table) -> bytes:
     return buffer.getvalue()
 
 
-def write_analysis(sweep_dir: Path, table: Table) -> dict[str, Path]:
-    """Write the three files of one analysis and refresh the index; returns their paths."""
-    out_dir = Path(sweep_dir) / "analysis"
+def write_analysis(sweep_dir: Path, table: Table, out_dir: Path | None = None) -> dict[str, Path]:
+    """Write the three files of one analysis to ``out_dir`` (default ``<sweep_dir>/analysis``) and refresh the
+    index there; returns their paths."""
+    out_dir = Path(out_dir) if out_dir is not None else Path(sweep_dir) / "analysis"
     paths = {ext: out_dir / f"{table.kind}.{ext}" for ext in ("md", "csv", "png")}
     write_text_atomic(paths["md"], markdown(table))
     write_text_atomic(paths["csv"], csv_text(table))
     write_bytes_atomic(paths["png"], figure_png(table))
-    write_index(Path(sweep_dir))
+    write_index(Path(sweep_dir), out_dir)
     return paths
 
 
-def write_index(sweep_dir: Path) -> Path:
-    out_dir = sweep_dir / "analysis"
+def write_index(sweep_dir: Path, out_dir: Path | None = None) -> Path:
+    out_dir = out_dir if out_dir is not None else sweep_dir / "analysis"
     parts = [f"<h1>Sweep {html.escape(sweep_dir.name)}</h1>"]
     for kind in KINDS:
         md = out_dir / f"{kind}.md"
