@@ -63,7 +63,10 @@ def test_engine_weights_merge_lora_out_of_place():
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("model.vllm_gpu_memory_utilization=0", r"model.vllm_gpu_memory_utilization must be a finite number in \(0, 1\], got 0"),
+        (
+            "model.vllm_gpu_memory_utilization=0",
+            r"vllm_gpu_memory_utilization must be a finite number in \(0, 1\], got 0",
+        ),
         ("model.vllm_gpu_memory_utilization=1.5", r"must be a finite number in \(0, 1\], got 1.5"),
         ("model.vllm_cpu_kv_cache_gb=0", "model.vllm_cpu_kv_cache_gb must be a finite number >= 1, got 0"),
         ("rollout.top_p=0.9", "model.backend=vllm needs rollout.top_p=1.*got 0.9"),

@@ -17,7 +17,7 @@ import sys
 
 import mirl
 
-COMMAND_MODULES = ("envs", "train", "diagnose", "report")
+COMMAND_MODULES = ("envs", "train", "diagnose", "report", "sweep")
 USAGE_ERROR = 2
 
 
