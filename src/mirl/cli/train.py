@@ -42,13 +42,11 @@ def _split(config: str | None, overrides: list[str]) -> tuple[str | None, list[s
 
 
 def run_train(args: argparse.Namespace) -> int:
-    import torch
-
+    """Check the config first (light imports only, so a bad key fails in about a second), then import torch and
+    the trainer and run."""
     from mirl.cli.paths import check_run_directory
     from mirl.config import load_config
     from mirl.errors import UserError
-    from mirl.policy.sources import resolve_device
-    from mirl.trainer import train
 
     if args.help_config:
         from mirl.cli.config_help import print_config_help
@@ -61,6 +59,11 @@ def run_train(args: argparse.Namespace) -> int:
             raise UserError("--resume takes the run's own config.yaml; pass only key=value overrides")
         path = check_run_directory(args.resume) / "config.yaml"
     config = load_config(path, overrides)
+    import torch
+
+    from mirl.policy.sources import resolve_device
+    from mirl.trainer import train
+
     resolve_device(config.model.device)  # an unavailable device fails before the run directory is made
     torch.manual_seed(config.trainer.seed)  # the one global seed; library code uses its own generators
     result = train(config, run_dir=args.resume, resume=bool(args.resume))
