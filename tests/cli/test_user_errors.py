@@ -205,3 +205,12 @@ def test_debug_shows_the_traceback_for_every_command(case, files):
         with pytest.raises(Exception, match=re.escape(CASES[case][1])) as raised:
             main(debug_argv)
         assert not isinstance(raised.value, SystemExit)
+
+
+@pytest.mark.parametrize("argv", [["train", "rollout.grup_size=4"], ["eval", "some/model", "rollout.grup_size=4"]])
+def test_a_config_error_fails_before_torch_is_imported(argv, tmp_path):
+    """``mirl train`` and ``mirl eval`` check the config with light imports only, so a typo costs about a second,
+    not a torch import."""
+    code = f"import sys; from mirl.cli import main; code = main({argv!r}); print(code, 'torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert done.stdout.split() == ["2", "False"], done.stderr

@@ -12,7 +12,17 @@ from mirl.policy.sources import Builtin, cache_root, packaged_gguf, resolve_devi
 
 
 def test_local_directory_resolves_to_itself(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
     assert resolve_model(str(tmp_path)) == (str(tmp_path), {})
+
+
+def test_a_directory_without_a_model_is_refused_before_any_load(tmp_path):
+    """Not transformers' "Couldn't instantiate the backend tokenizer" later, but what is missing and what to pass."""
+    with pytest.raises(ValueError, match=r"holds no model \(no config.json\); pass a model directory"):
+        resolve_model(str(tmp_path))
+    (tmp_path / "checkpoints" / "iteration_000003").mkdir(parents=True)
+    with pytest.raises(ValueError, match=r"checkpoint .* is incomplete \(no state.pt\)"):
+        resolve_model(str(tmp_path / "checkpoints" / "iteration_000003"))
 
 
 def test_gguf_file_resolves_to_directory_and_file(tmp_path):

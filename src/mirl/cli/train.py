@@ -42,13 +42,11 @@ def _split(config: str | None, overrides: list[str]) -> tuple[str | None, list[s
 
 
 def run_train(args: argparse.Namespace) -> int:
-    import torch
-
+    """Check the config first (light imports only, so a bad key fails in about a second), then import torch and
+    the trainer and run."""
     from mirl.cli.paths import check_run_directory
     from mirl.config import load_config
     from mirl.errors import UserError
-    from mirl.policy.sources import resolve_device
-    from mirl.trainer import train
 
     if args.help_config:
         from mirl.cli.config_help import print_config_help
@@ -61,6 +59,11 @@ def run_train(args: argparse.Namespace) -> int:
             raise UserError("--resume takes the run's own config.yaml; pass only key=value overrides")
         path = check_run_directory(args.resume) / "config.yaml"
     config = load_config(path, overrides)
+    import torch
+
+    from mirl.policy.sources import resolve_device
+    from mirl.trainer import train
+
     resolve_device(config.model.device)  # an unavailable device fails before the run directory is made
     torch.manual_seed(config.trainer.seed)  # the one global seed; library code uses its own generators
     result = train(config, run_dir=args.resume, resume=bool(args.resume))
@@ -78,23 +81,26 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    import torch
-    from rich.console import Console
-    from rich.table import Table
-
-    from mirl.cli.models import load_run_policy
+    """Check ``--out`` and the config with light imports only, then import torch, load the model and validate."""
     from mirl.cli.paths import check_output_file
-    from mirl.cli.progress import work_bar
     from mirl.config import load_config
-    from mirl.policy.sources import find_run_weights, resolve_device
-    from mirl.trainer.setup import load_policy
-    from mirl.trainer.validation import validate
+    from mirl.run_dirs import find_run_weights
 
     check_output_file(args.out)
     found = find_run_weights(args.target)
     config_path = args.config or (found.run_dir / "config.yaml" if found else None)
     overrides = list(args.overrides) if found else [f"model.name={args.target}", *args.overrides]
     config = load_config(config_path, overrides)
+    import torch
+    from rich.console import Console
+    from rich.table import Table
+
+    from mirl.cli.models import load_run_policy
+    from mirl.cli.progress import work_bar
+    from mirl.policy.sources import resolve_device
+    from mirl.trainer.setup import load_policy
+    from mirl.trainer.validation import validate
+
     resolve_device(config.model.device)  # an unavailable device fails before any weights are read
     torch.manual_seed(config.trainer.seed)
     policy = load_run_policy(found.run_dir, found.checkpoint, config) if found else load_policy(config)

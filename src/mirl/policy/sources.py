@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 
 from mirl.errors import DeviceError
+from mirl.run_dirs import RunWeights, find_run_weights  # noqa: F401  (re-exported: the loaders use them)
 
 # ChatML, the chat format of SmolLM2 and Qwen: <|im_start|>role\n content <|im_end|>\n
 CHATML_TEMPLATE = (
@@ -144,27 +145,6 @@ def require_gguf_support() -> None:
             f"loading a .gguf file needs {' and '.join(missing)}; install with: pip install 'mirl[gguf]' "
             "(or pip install gguf accelerate)"
         )
-
-
-@dataclass(frozen=True)
-class RunWeights:
-    """A mirl run directory named as a model: its ``config.yaml`` names the base model (and LoRA settings),
-    ``checkpoint`` (a ``checkpoints/iteration_N`` directory holding ``state.pt``) the trained weights;
-    None = the run's newest complete checkpoint."""
-
-    run_dir: Path
-    checkpoint: Path | None
-
-
-def find_run_weights(name: str | os.PathLike) -> RunWeights | None:
-    """``RUN`` (a directory with ``config.yaml``) or ``RUN/checkpoints/iteration_N`` -> RunWeights, else None."""
-    path = Path(name).expanduser()
-    if (path / "config.yaml").is_file() and not (path / "config.json").is_file():
-        return RunWeights(path, None)
-    run_dir = path.parent.parent
-    if (path / "state.pt").is_file() and path.parent.name == "checkpoints" and (run_dir / "config.yaml").is_file():
-        return RunWeights(run_dir, path)
-    return None
 
 
 def resolve_model(name: str, cache_dir: str | os.PathLike | None = None) -> tuple[str, dict]:
