@@ -38,6 +38,7 @@ def files(tmp_path):
     (tmp_path / "a_file").write_text("not a run\n")
     (tmp_path / "emptyrun").mkdir()
     (tmp_path / "emptyrun" / "config.yaml").write_text("")
+    (tmp_path / "sweep.yaml").write_text("name: s\ngrid:\n  rollout.grup_size: [2]\nseeds: [1]\n")
     write_episodes(tmp_path / "good.jsonl", grid_episodes(num_groups=2, samples=2, num_turns=1))
     return tmp_path
 
@@ -107,6 +108,15 @@ CASES = {
     "play bad option": (["play", "frozenlake", "sise=5"], "unknown option 'sise'"),
     "play bad seed": (["play", "frozenlake", "--seed", "x"], "--seed expects an integer"),
     "play no env": (["play"], "the following arguments are required"),
+    "sweep missing spec": (["sweep", "{tmp}/nope.yaml"], "is not a file"),
+    "sweep directory": (["sweep", "{tmp}/adir"], "is not a file"),
+    "sweep malformed": (["sweep", "{tmp}/broken.yaml"], "is not valid YAML"),
+    "sweep not a spec": (["sweep", "{tmp}/run/config.yaml", "--dry-run"], "unknown field 'rollout'"),
+    "sweep bad key": (["sweep", "{tmp}/sweep.yaml", "--dry-run"], "did you mean 'rollout.group_size'"),
+    "sweep bad jobs": (["sweep", "{tmp}/sweep.yaml", "--jobs", "x"], "invalid int value"),
+    "sweep no jobs": (["sweep", "{tmp}/sweep.yaml", "--jobs", "0", "--dry-run"], "--jobs must be >= 1"),
+    "analyze not a sweep": (["analyze", "{tmp}/adir"], "has no sweep.json"),
+    "analyze bad kind": (["analyze", "{tmp}/adir", "--kind", "bogus"], "invalid choice: 'bogus'"),
     "unknown command": (["trian"], "invalid choice: 'trian'"),
 }
 DEVICE_CASES = {

@@ -56,8 +56,11 @@ def run_sweep_command(args: argparse.Namespace) -> int:
 
     from mirl.experiments import load_spec, run_sweep
     from mirl.experiments.runner import run_state
+    from mirl.experiments.spec import SpecError
     from mirl.experiments.sweep import check_runs
 
+    if args.jobs < 1:
+        raise SpecError(f"--jobs must be >= 1, got {args.jobs}; e.g. --jobs 2 on a machine with 2 cores")
     spec = load_spec(args.spec)
     if args.dry_run:
         planned = spec.runs()
