@@ -112,3 +112,32 @@ def read_settings(config) -> MirlSettings:
     run_dir = block.get("run_dir") or f"{OmegaConf.select(config, 'trainer.default_local_dir', default='.')}/mirl"
     return MirlSettings(mirl_config, str(run_dir), max_empty)
 
+
+
+def filter_settings(sampler_kwargs) -> tuple[Config, int]:
+    """The sampler's view: a mirl config holding the ``filter`` block, and ``max_empty_steps``.
+
+    veRL hands a custom sampler only ``trainer.v1.sampler.sampler_kwargs``; the shipped configs set it to
+    ``{filter: ${mirl.filter}, max_empty_steps: ${mirl.max_empty_steps}}`` so the sampler reads the same block.
+    """
+    kwargs = OmegaConf.to_container(sampler_kwargs, resolve=True) if isinstance(sampler_kwargs, DictConfig) else {}
+    if not isinstance(sampler_kwargs, DictConfig):
+        kwargs = dict(sampler_kwargs or {})
+    unknown = sorted(set(kwargs) - {"filter", "max_empty_steps"})
+    if unknown:
+        raise ConfigError(
+            f"unknown key(s) {unknown} in trainer.v1.sampler.sampler_kwargs; expected filter, max_empty_steps"
+        )
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(Config), {"filter": kwargs.get("filter") or {}})
+    except OmegaConfBaseException as err:
+        message = err.msg if hasattr(err, "msg") else err
+        raise ConfigError(f"trainer.v1.sampler.sampler_kwargs.filter: {message}") from None
+    config: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
+    from mirl.config_checks import validate
+
+    validate(config)
+    max_empty = kwargs.get("max_empty_steps", 5)
+    if isinstance(max_empty, bool) or not isinstance(max_empty, int) or max_empty < 1:
+        raise ConfigError(f"sampler_kwargs.max_empty_steps must be an int >= 1, got {max_empty!r}; e.g. 5")
+    return config, max_empty
