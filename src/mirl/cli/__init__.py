@@ -12,7 +12,7 @@ import sys
 
 import mirl
 
-COMMAND_MODULES = ("envs", "train", "diagnose", "report")
+COMMAND_MODULES = ("envs", "train", "diagnose", "report", "verl")
 
 
 def build_parser() -> argparse.ArgumentParser:

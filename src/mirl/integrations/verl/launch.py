@@ -44,7 +44,12 @@ def compose(path: str | Path, overrides: list[str] | None = None) -> DictConfig:
         with initialize_config_dir(config_dir=str(file.parent), version_base=None):
             return hydra_compose(config_name=file.stem, overrides=list(overrides or []))
     except (HydraException, OmegaConfBaseException) as err:
-        raise ConfigError(f"{path}: {err}") from None
+        raise ConfigError(f"{path}: {_one_line(err)}") from None
+
+
+def _one_line(error: BaseException) -> str:
+    """An exception's message on one line (Hydra's and veRL's span several)."""
+    return " ".join(str(error).split())
 
 
 def check(config: DictConfig) -> DictConfig:
@@ -62,8 +67,8 @@ def check(config: DictConfig) -> DictConfig:
         validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
     except (AssertionError, ValueError, InstantiationException) as err:
         raise ConfigError(
-            f"veRL's validate_config: {err}; the model path must be a local directory or a hub id in the cache "
-            "(override actor_rollout_ref.model.path=DIR)"
+            f"veRL's validate_config: {_one_line(err)}; the model path must be a local directory or a hub id in "
+            "the cache (override actor_rollout_ref.model.path=DIR)"
         ) from None
     settings = read_settings(config)
     filter_settings(config.trainer.v1.sampler.sampler_kwargs)

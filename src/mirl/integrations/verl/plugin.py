@@ -10,7 +10,7 @@ Importing it registers mirl's names in veRL's registries:
   ``name=SNRFilterSampler``.
 
 veRL loads entry points with ``VERL_USE_EXTERNAL_PLUGINS`` unset (``auto``) or naming ``mirl``; it logs a failed
-plugin only at debug level, so :data:`NAMES` lets a check (``mirl verl-config --check``, the tests) confirm it.
+plugin only at debug level, so :data:`NAMES` lets a check (``mirl verl-config``, the tests) confirm it.
 """
 
 from __future__ import annotations
