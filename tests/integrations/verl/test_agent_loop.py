@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-pytest.importorskip("verl")
+pytest.importorskip("verl", reason="needs veRL 0.9.1: run `bash scripts/test-verl.sh`")
 
 from omegaconf import OmegaConf  # noqa: E402
 from verl.experimental.agent_loop.agent_loop import DictConfigWrap, _agent_loop_registry  # noqa: E402

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-pytest.importorskip("verl")
+pytest.importorskip("verl", reason="needs veRL 0.9.1: run `bash scripts/test-verl.sh`")
 
 import ray  # noqa: E402
 import torch  # noqa: E402
