@@ -64,3 +64,38 @@ def expected_mask(episode) -> list[int]:
 @pytest.fixture
 def mask_of():
     return expected_mask
+
+
+@pytest.fixture(scope="session")
+def transfer_queue():
+    """One local CPU Ray and one TransferQueue for the session (veRL's storage of rollouts between stages).
+
+    Ray starts with num_cpus=4 logical CPUs: TransferQueue's actors hang with fewer than 3.
+    """
+    ray = pytest.importorskip("ray", reason="needs veRL 0.9.1: run `bash scripts/test-verl.sh`")
+    tq = pytest.importorskip("transfer_queue", reason="needs veRL 0.9.1: run `bash scripts/test-verl.sh`")
+    from omegaconf import OmegaConf
+
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"total_storage_size": 2000, "num_data_storage_units": 1}}}))
+    yield tq
+    tq.close()
+    ray.shutdown()
+
+
+@pytest.fixture
+def verl_episodes(tok, rollout_config, legal_reply):
+    """Sokoban episodes as the sampler sees them: played (3 seeds x 2 samples), laid out as veRL rows, rebuilt."""
+    from mirl.integrations.verl.episode import episode_from_fields, output_fields
+    from mirl.policy.scripted import ScriptedPolicy
+    from mirl.rollout import run_episodes
+    from mirl.types import EnvSpec
+
+    specs = [EnvSpec("sokoban", seed) for seed in (2, 7, 11)]
+    played = run_episodes(ScriptedPolicy(tok, legal_reply), specs, 2, rollout_config(max_new_tokens=64))
+    out = []
+    for i, episode in enumerate(played):
+        f = output_fields(episode)
+        out.append(episode_from_fields(f["prompt_ids"], f["response_ids"], f["extra_fields"]["mirl"],
+                                       group=i // 2, sample=i % 2))
+    return out

@@ -1,7 +1,7 @@
 """SNRFilterSampler against veRL's own ReplayBuffer and TransferQueue on a local CPU Ray.
 
 TransferQueue needs Ray with at least 3 logical CPUs (it hangs with 2), so Ray starts with num_cpus=4. One Ray
-and one TransferQueue serve the whole module; each test writes fresh prompt groups the way veRL's agent-loop
+and one TransferQueue (conftest) serve the whole session; each test writes fresh prompt groups the way veRL's agent-loop
 worker does (a prompt tag per uid, one row per session under ``{uid}_{session}_0``). Needs veRL.
 """
 
@@ -11,7 +11,6 @@ import pytest
 
 pytest.importorskip("verl", reason="needs veRL 0.9.1: run `bash scripts/test-verl.sh`")
 
-import ray  # noqa: E402
 import torch  # noqa: E402
 import transfer_queue as tq  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
@@ -26,17 +25,8 @@ from mirl.trainer.metrics import unknown_keys  # noqa: E402
 PARTITION = "train"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def transfer_queue():
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
-    tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"total_storage_size": 2000, "num_data_storage_units": 1}}}))
-    yield
-    tq.close()
-    ray.shutdown()
-
-
 @pytest.fixture(autouse=True)
-def empty_partition():
+def empty_partition(transfer_queue):  # the session's Ray and TransferQueue (conftest)
     yield
     listed = (tq.kv_list() or {}).get(PARTITION, {})
     if listed:

@@ -14,15 +14,11 @@ import torch
 
 from mirl.config import DiagnosticsConfig
 from mirl.diagnostics.run import DiagnosticsState, run_diagnostics
-from mirl.integrations.verl.episode import episode_from_fields, output_fields
 from mirl.integrations.verl.metrics_file import MetricsFile, mirl_record
 from mirl.integrations.verl.scoring import RowScorer, policy_logprob_fn
-from mirl.policy.scripted import ScriptedPolicy
 from mirl.policy.tiny import tiny_policy
 from mirl.report.rundir import read_run
-from mirl.rollout import run_episodes
 from mirl.trainer.metrics import is_known, unknown_keys
-from mirl.types import EnvSpec
 
 
 @pytest.fixture(scope="module")
@@ -30,20 +26,8 @@ def policy():
     return tiny_policy()
 
 
-def verl_rows_episodes(tok, config, legal_reply):
-    """Episodes as the sampler sees them: played, laid out as veRL rows, rebuilt from the rows."""
-    specs = [EnvSpec("sokoban", seed) for seed in (2, 7, 11)]
-    played = run_episodes(ScriptedPolicy(tok, legal_reply), specs, 2, config)
-    out = []
-    for i, episode in enumerate(played):
-        f = output_fields(episode)
-        out.append(episode_from_fields(f["prompt_ids"], f["response_ids"], f["extra_fields"]["mirl"],
-                                       group=i // 2, sample=i % 2))
-    return out
-
-
-def test_row_scorer_diagnostics_equal_the_policys(policy, tok, rollout_config, legal_reply):
-    episodes = verl_rows_episodes(tok, rollout_config(max_new_tokens=64), legal_reply)
+def test_row_scorer_diagnostics_equal_the_policys(policy, tok, verl_episodes):
+    episodes = verl_episodes
     config = DiagnosticsConfig(num_pairs=8)
     scorer = RowScorer(tok, policy_logprob_fn(policy), max_rows=5)
     native = run_diagnostics(policy, episodes, config, DiagnosticsState(), generator=torch.Generator().manual_seed(3))
