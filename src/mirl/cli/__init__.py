@@ -17,7 +17,7 @@ import sys
 
 import mirl
 
-COMMAND_MODULES = ("envs", "train", "diagnose", "report", "sweep")
+COMMAND_MODULES = ("envs", "train", "diagnose", "report", "sweep", "verl")
 USAGE_ERROR = 2
 
 

@@ -232,6 +232,17 @@ def _info(info: dict, key: str, env_name: str):
     return info[key]
 
 
+def _apply(live: _Live, context: tuple[int, ...], generation: Generation, tokenizer, config: RolloutConfig) -> None:
+    """One episode's turn on the calling thread: parse the reply, step its legal actions, record the turn.
+
+    ``run_episodes`` does the same for a whole batch (stepping concurrent envs on threads); the veRL agent loop,
+    which plays one episode per coroutine, calls this.
+    """
+    text = THINK_OPEN + decode(tokenizer, generation.token_ids)
+    parsed = parse_reply(text, live.env.action_words, live.cap)
+    _record(live, context, generation, text, parsed, _step_reply(live, parsed), tokenizer, config)
+
+
 def _step_all(lives: list[_Live], replies: list) -> list[tuple[str, float, int, bool]]:
     """Step every episode's parsed reply, in order; ``(shown, env reward, executed, all legal)`` per episode.
 

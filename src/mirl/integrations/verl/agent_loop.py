@@ -1,0 +1,94 @@
+"""``MirlAgentLoop``: any registered mirl environment inside veRL's agent loop (registered as ``"mirl"``).
+
+Each veRL session (one of the ``rollout.n`` sessions of a prompt ``uid``) plays one episode of the env instance
+named by its dataset row (``env_name``, ``env_seed``, ``env_options`` as written by ``mirl verl-data``) with
+:func:`mirl.integrations.verl.episode.play_episode`: the native engine's prompts, parsing, action budget, format
+penalty and context mode, token-in/token-out. Each turn is one ``server_manager.generate`` call on the exact
+context ids; the sampled ids are kept as sampled and the env's text is tokenized once and appended. All turns of
+an episode share one ``request_id``, so veRL routes them to the same server and its prefix cache.
+
+Sampling: temperature, top_p and top_k come from veRL (``actor_rollout_ref.rollout``); mirl adds
+``max_tokens = mirl.rollout.max_new_tokens`` and the stop string ``</answer>``, kept in the output (vLLM:
+``include_stop_str_in_output``; SGLang: ``no_stop_trim``).
+
+The output is one ``AgentLoopOutput`` per episode: ``response_mask`` 1 exactly on sampled tokens, the episode
+return as ``reward_score`` (so veRL's reward function is not called), and ``extra_fields["mirl"]`` with the
+success flag, the end reason and the per-turn layout the sampler turns into the native ``rollout/*`` metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+from uuid import uuid4
+
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
+
+from mirl.integrations.verl.episode import output_fields, play_episode, stop_token_ids, to_generation
+from mirl.integrations.verl.settings import read_settings
+from mirl.rollout.engine import STOP_STRINGS
+from mirl.types import EnvSpec
+
+AGENT_NAME = "mirl"
+KEEP_STOP = {"vllm": {"include_stop_str_in_output": True}, "sglang": {"no_stop_trim": True}}
+
+
+def env_spec(kwargs: dict[str, Any]) -> EnvSpec:
+    """The env instance of a dataset row (columns written by ``mirl verl-data``)."""
+    missing = [key for key in ("env_name", "env_seed", "env_options") if key not in kwargs]
+    if missing:
+        raise KeyError(
+            f"dataset row lacks {missing}; build the parquet files with `mirl verl-data ENV --train N --val M DIR`"
+        )
+    options = kwargs["env_options"]
+    return EnvSpec(str(kwargs["env_name"]), int(kwargs["env_seed"]), json.loads(options) if options else {})
+
+
+@register(AGENT_NAME)
+class MirlAgentLoop(AgentLoopBase):
+    """A veRL agent loop that plays one mirl episode per session (module docstring)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.settings = read_settings(self.config)
+        self.stop_ids = stop_token_ids(self.tokenizer)
+
+    def sampling_params(self, sampling_params: dict[str, Any]) -> dict[str, Any]:
+        """veRL's sampling parameters plus mirl's per-turn length and stop string."""
+        params = dict(sampling_params)
+        params["max_tokens"] = self.settings.rollout.max_new_tokens
+        params["stop"] = list(STOP_STRINGS)
+        params.update(KEEP_STOP.get(str(self.rollout_config.get("name", "vllm")), {}))
+        return params
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
+        spec = env_spec(kwargs)
+        params = self.sampling_params(sampling_params)
+        request_id = uuid4().hex
+        rollout = self.settings.rollout
+
+        async def generate(context_ids):
+            served = await self.server_manager.generate(
+                request_id=request_id, prompt_ids=list(context_ids), sampling_params=params
+            )
+            return to_generation(served, self.tokenizer, self.stop_ids, rollout.max_new_tokens)
+
+        started = time.perf_counter()
+        episode = await play_episode(
+            generate,
+            spec,
+            self.tokenizer,
+            rollout,
+            sample=int(kwargs.get("session_id", 0)),
+            response_budget=int(self.rollout_config.response_length),
+        )
+        fields = output_fields(episode)
+        if len(fields["prompt_ids"]) > self.rollout_config.prompt_length:
+            raise ValueError(
+                f"the first prompt of {spec.env} seed {spec.seed} has {len(fields['prompt_ids'])} tokens, more than "
+                f"actor_rollout_ref.rollout.prompt_length={self.rollout_config.prompt_length}; raise "
+                "data.max_prompt_length"
+            )
+        metrics = AgentLoopMetrics(generate_sequences=time.perf_counter() - started)
+        return AgentLoopOutput(metrics=metrics, **fields)

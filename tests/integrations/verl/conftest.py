@@ -1,0 +1,106 @@
+"""Shared pieces of the veRL integration tests: the tiny tokenizer, a legal-reply script, a small rollout config.
+
+Tests that need veRL itself skip unless it is installed (``bash scripts/test-verl.sh`` builds that environment);
+the rest run in the main environment too.
+"""
+
+import re
+
+import pytest
+
+from mirl.config import RolloutConfig
+from mirl.policy.tiny import tiny_tokenizer
+
+LEGAL = re.compile(r"Legal actions: ([^.]+)\.")
+
+
+def legal_reply(context: str) -> str:
+    """A well-formed reply: the first two legal actions named in the system prompt, a search for SearchQA and
+    WebShop, a program for DeepCoder, or "42" for free-form envs.
+
+    Which action comes first alternates with the number of "Turn " markers, so episodes move around; the
+    second turn ends with the end-of-turn token instead (an unparsable reply closed by eos).
+    """
+    turn = context.count("Turn ")
+    if turn == 2:
+        return " I give up<|im_end|>"
+    if "Write a Python program" in context or "Write a Python function" in context:  # DeepCoder
+        return f" turn {turn}: guess </think> <answer>\n```python\nprint({turn})\n```\n</answer>"
+    if "Question: " in context or "Available actions: search[" in context:  # SearchQA, WebShop
+        return f" turn {turn}: look it up </think> <answer> search[item {turn}] </answer>"
+    match = LEGAL.search(context)
+    if match is None:
+        return f" turn {turn}: try a number </think> <answer> {40 + turn} </answer>"
+    words = [w.strip() for w in match.group(1).split(",")]
+    first, second = words[turn % len(words)], words[(turn + 1) % len(words)]
+    return f" turn {turn}, go {first} </think> <answer> {first} || {second} </answer>"
+
+
+@pytest.fixture(name="legal_reply")
+def legal_reply_fixture():
+    return legal_reply
+
+
+@pytest.fixture(scope="session")
+def tok():
+    return tiny_tokenizer()
+
+
+@pytest.fixture
+def rollout_config():
+    def make(**overrides):
+        values = dict(max_turns=3, max_new_tokens=24, max_context_tokens=100_000, generation_batch_size=64)
+        return RolloutConfig(**(values | overrides))
+
+    return make
+
+
+def expected_mask(episode) -> list[int]:
+    """1 on each turn's sampled ids, 0 on env text, over the tokens after the first prompt (no collate call)."""
+    first = len(episode.turns[0].context_ids)
+    last = episode.turns[-1]
+    mask = [0] * (len(last.context_ids) + len(last.response_ids) - first)
+    for turn in episode.turns:
+        start = len(turn.context_ids) - first
+        mask[start : start + len(turn.response_ids)] = [1] * len(turn.response_ids)
+    return mask
+
+
+@pytest.fixture
+def mask_of():
+    return expected_mask
+
+
+@pytest.fixture(scope="session")
+def transfer_queue():
+    """One local CPU Ray and one TransferQueue for the session (veRL's storage of rollouts between stages).
+
+    Ray starts with num_cpus=4 logical CPUs: TransferQueue's actors hang with fewer than 3.
+    """
+    ray = pytest.importorskip("ray", reason="needs veRL 0.9.1: run `bash scripts/test-verl.sh`")
+    tq = pytest.importorskip("transfer_queue", reason="needs veRL 0.9.1: run `bash scripts/test-verl.sh`")
+    from omegaconf import OmegaConf
+
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"total_storage_size": 2000, "num_data_storage_units": 1}}}))
+    yield tq
+    tq.close()
+    ray.shutdown()
+
+
+@pytest.fixture
+def verl_episodes(tok, rollout_config, legal_reply):
+    """Sokoban episodes as the sampler sees them: played (3 seeds x 2 samples), laid out as veRL rows, rebuilt."""
+    from mirl.integrations.verl.episode import episode_from_fields, output_fields
+    from mirl.policy.scripted import ScriptedPolicy
+    from mirl.rollout import run_episodes
+    from mirl.types import EnvSpec
+
+    specs = [EnvSpec("sokoban", seed) for seed in (2, 7, 11)]
+    played = run_episodes(ScriptedPolicy(tok, legal_reply), specs, 2, rollout_config(max_new_tokens=64))
+    out = []
+    for i, episode in enumerate(played):
+        f = output_fields(episode)
+        out.append(episode_from_fields(f["prompt_ids"], f["response_ids"], f["extra_fields"]["mirl"],
+                                       group=i // 2, sample=i % 2))
+    return out
