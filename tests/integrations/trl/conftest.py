@@ -52,7 +52,7 @@ def grpo_args(tmp_path, rows: int, **overrides):
         per_device_train_batch_size=rows,
         num_generations=K,
         max_steps=1,
-        learning_rate=0.5,
+        learning_rate=0.05,
         optim="sgd",
         bf16=False,
         use_cpu=True,
@@ -62,6 +62,7 @@ def grpo_args(tmp_path, rows: int, **overrides):
         seed=0,
         beta=0.0,
         max_completion_length=8,
+        max_grad_norm=0.0,  # no clipping: a clipped step would hide a wrong loss scale
     )
     kwargs.update(overrides)
     return trl.GRPOConfig(**kwargs)
