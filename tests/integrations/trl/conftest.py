@@ -8,13 +8,9 @@ completion ids and the reward ``REWARDS[p][k]``.
 from __future__ import annotations
 
 import pytest
+import torch
 
-trl = pytest.importorskip("trl", reason="TRL tests run in .venv-trl: bash scripts/test-trl.sh")
-
-import torch  # noqa: E402
-from datasets import Dataset  # noqa: E402
-
-from mirl.policy.tiny import tiny_model, tiny_tokenizer  # noqa: E402
+from mirl.policy.tiny import tiny_model, tiny_tokenizer
 
 K = 4
 # group 0 and 2 have spread; 1 and 3 have none (dropped with include_zero=False)
@@ -47,6 +43,8 @@ def scripted_reward(completions, reward, **kwargs):
 
 
 def grpo_args(tmp_path, rows: int, **overrides):
+    import trl  # only in .venv-trl; the test modules skip without it
+
     kwargs = dict(
         output_dir=str(tmp_path),
         per_device_train_batch_size=rows,
@@ -70,6 +68,8 @@ def grpo_args(tmp_path, rows: int, **overrides):
 
 def build(cls, tmp_path, groups, *, rewards=REWARDS, dtype=torch.float64, **kwargs):
     """A trainer of class ``cls`` over prompts ``groups`` (e.g. ["g0", "g2"]) with one generation = one step."""
+    from datasets import Dataset
+
     filter_kwargs = {"filter_config": kwargs.pop("filter_config")} if "filter_config" in kwargs else {}
     args = grpo_args(tmp_path, len(groups) * K, **kwargs)
     return cls(

@@ -15,10 +15,17 @@ import importlib.util
 if importlib.util.find_spec("trl") is None:  # pragma: no cover - exercised only without the extra
     raise ImportError("mirl.integrations.trl needs TRL 1.16: pip install 'mirl[trl]'")
 
+from mirl.integrations.trl.diagnostics import CollapseDiagnosticsCallback  # noqa: E402
+from mirl.integrations.trl.envs import MirlRollout, dataset, episode_return, parse_instance  # noqa: E402
 from mirl.integrations.trl.filter import SNRFilterGRPOTrainer, filter_rows, mask_dropped_rows  # noqa: E402
 
 __all__ = [
+    "CollapseDiagnosticsCallback",
+    "MirlRollout",
     "SNRFilterGRPOTrainer",
+    "dataset",
+    "episode_return",
     "filter_rows",
     "mask_dropped_rows",
+    "parse_instance",
 ]
