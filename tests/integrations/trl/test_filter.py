@@ -11,7 +11,7 @@ trl = pytest.importorskip("trl", reason="TRL tests run in .venv-trl: bash script
 import torch  # noqa: E402
 
 from mirl.integrations.trl import SNRFilterGRPOTrainer, mask_dropped_rows  # noqa: E402
-from mirl.integrations.trl.filter import as_filter_config, filter_rows  # noqa: E402
+from mirl.integrations.trl.filter import as_filter_config, filter_rows, local_rows  # noqa: E402
 
 ALL = ["g0", "g1", "g2", "g3"]
 TOP_P = {"strategy": "top_p", "value": 0.9, "include_zero": False}
@@ -118,3 +118,20 @@ def test_sequence_mean_loss_warns(tmp_path, trl_build):
         warnings.simplefilter("always")
         trl_build(SNRFilterGRPOTrainer, tmp_path, ALL, loss_type="grpo", filter_config=TOP_P)
     assert any("dilute" in str(w.message) for w in caught)
+
+
+def test_two_processes_mask_their_slices_and_share_one_normaliser():
+    # 4 groups of K=4 on 2 processes, 8 rows each: process 0 holds g0, g1; process 1 holds g2, g3
+    rewards = torch.tensor([0.0, 1.0, 0.0, 1.0, 0, 0, 0, 0, 1.0, 0.5, 0.0, 0.2, 1, 1, 1, 1])
+    _, rows = filter_rows(rewards, 4, as_filter_config(TOP_P))  # made identically on both processes
+    lengths = torch.tensor([3, 1, 2, 4, 2, 2, 2, 2, 1, 1, 3, 2, 4, 4, 4, 4])  # loss tokens per row
+    masks = (torch.arange(4)[None, :] < lengths[:, None]).long()  # (16, 4)
+    outputs = [{"advantages": torch.ones(8), "completion_mask": masks[p * 8 : (p + 1) * 8]} for p in (0, 1)]
+    keeps = [local_rows(rows, p, 8) for p in (0, 1)]
+    # each process's own count (a one-process gather), then accelerate's gather: both counts on every process
+    local = [mask_dropped_rows(outputs[p], keeps[p], lambda t: t[None])["num_items_in_batch"] for p in (0, 1)]
+    assert [int(c) for c in local] == [10, 7]  # kept g0 rows: 3+1+2+4 tokens; kept g2 rows: 1+1+3+2
+    out = [mask_dropped_rows(outputs[p], keeps[p], lambda t: torch.stack(local)) for p in (0, 1)]
+    assert [o["advantages"].tolist() for o in out] == [[1.0] * 4 + [0.0] * 4] * 2
+    assert [int(o["num_items_in_batch"]) for o in out] == [17, 17]
+    assert int(sum((o["completion_mask"] * o["tool_mask"]).sum() for o in out)) == 17

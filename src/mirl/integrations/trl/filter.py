@@ -91,6 +91,17 @@ def filter_rows(rewards: torch.Tensor, num_generations: int, config: FilterConfi
     return selection, rows.reshape(-1)  # (N,)
 
 
+def local_rows(rows: torch.Tensor, process_index: int, local: int) -> torch.Tensor:
+    """This process's ``(B,)`` slice of the gathered ``(N,)`` row mask: rows ``process_index * B ..`` (TRL's order).
+
+    >>> local_rows(torch.tensor([True, False, False, True]), 1, 2).tolist()
+    [False, True]
+    """
+    if rows.numel() < (process_index + 1) * local:
+        raise ValueError(f"{rows.numel()} gathered rows cannot hold process {process_index}'s {local} rows")
+    return rows[process_index * local : (process_index + 1) * local]
+
+
 def mask_dropped_rows(output: dict, keep: torch.Tensor, gather: Callable[[torch.Tensor], torch.Tensor]) -> dict:
     """Zero the advantage and the loss mask of the local rows with ``keep[i] = False``; recompute the normaliser.
 
@@ -168,9 +179,7 @@ class SNRFilterGRPOTrainer(GRPOTrainer):
         metrics = dict(selection.metrics, kept_trajectories=float(rows.sum()))
         for key, value in metrics.items():
             self._metrics["train"][f"filter/{key}"].append(float(value))
-        local = output["advantages"].shape[0]
-        start = self.accelerator.process_index * local
-        keep = rows[start : start + local]  # (B,) this process's rows
+        keep = local_rows(rows, self.accelerator.process_index, output["advantages"].shape[0])  # (B,)
         if bool(keep.all()):
             return output
         return mask_dropped_rows(output, keep, self.accelerator.gather)
