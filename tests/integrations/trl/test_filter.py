@@ -93,6 +93,7 @@ def test_dropping_every_group_leaves_parameters_unchanged(tmp_path, trl_build, t
     _assert_close(before, after, atol=0.0)
     logged = trainer.state.log_history[0]
     assert logged["filter/empty"] == 1.0 and logged["filter/kept_count"] == 0.0
+    assert logged["filter/empty_streak"] == 1.0 and trainer.empty_streak == 1
 
 
 def test_filter_none_is_bitwise_grpo(tmp_path, trl_build, trl_params):
@@ -110,7 +111,7 @@ def test_filter_metrics_reach_trl_logger(tmp_path, trl_build, trl_params):
     logged = trainer.state.log_history[0]
     assert logged["filter/kept_count"] == 2.0 and logged["filter/kept_ratio"] == 0.5
     assert logged["filter/kept_trajectories"] == 8.0
-    assert logged["filter/groups_zero_spread"] == 2.0
+    assert logged["filter/groups_zero_spread"] == 2.0 and logged["filter/empty_streak"] == 0.0
 
 
 def test_sequence_mean_loss_warns(tmp_path, trl_build):

@@ -136,7 +136,8 @@ class SNRFilterGRPOTrainer(GRPOTrainer):
     ``strategy="none"`` nothing is touched and the step is bitwise that of ``GRPOTrainer``.
 
     Selection happens on the gathered rewards, identically on every process; each process masks its own slice.
-    The ``filter/*`` metrics (same names as the native trainer) go to TRL's logger.
+    The ``filter/*`` metrics (same names as the native trainer) go to TRL's logger; ``groups_too_coarse`` is not
+    among them (it needs the parsed actions of every group, which TRL's batch does not carry).
     """
 
     def __init__(self, *args, filter_config: FilterConfig | Mapping | None = None, **kwargs) -> None:
@@ -144,6 +145,7 @@ class SNRFilterGRPOTrainer(GRPOTrainer):
         filter_rows(torch.zeros(2), 2, self.filter_config)  # bad values fail here, not at step 1
         self._raw_rewards: torch.Tensor | None = None
         self.last_selection: Selection | None = None
+        self.empty_streak = 0  # consecutive generation batches with nothing kept
         super().__init__(*args, **kwargs)
         self._warn_inexact()
 
@@ -176,7 +178,8 @@ class SNRFilterGRPOTrainer(GRPOTrainer):
             return output
         selection, rows = filter_rows(self._raw_rewards, self.num_generations, self.filter_config)  # (N,)
         self.last_selection = selection
-        metrics = dict(selection.metrics, kept_trajectories=float(rows.sum()))
+        self.empty_streak = self.empty_streak + 1 if selection.empty else 0
+        metrics = dict(selection.metrics, kept_trajectories=float(rows.sum()), empty_streak=float(self.empty_streak))
         for key, value in metrics.items():
             self._metrics["train"][f"filter/{key}"].append(float(value))
         keep = local_rows(rows, self.accelerator.process_index, output["advantages"].shape[0])  # (B,)
