@@ -57,7 +57,10 @@ def main(argv: list[str] | None = None) -> None:
     model, tokenizer = load_model_and_tokenizer(args.model, dtype="float32", device="cpu")
     config = trl.GRPOConfig(
         output_dir=args.output_dir,
-        per_device_train_batch_size=args.prompts * args.group_size,
+        # one group per micro-batch, P micro-batches per optimizer step = one generation batch of P * K rows;
+        # with activation checkpointing (TRL's default) this keeps the run within a few GB of memory
+        per_device_train_batch_size=args.group_size,
+        gradient_accumulation_steps=args.prompts,
         num_generations=args.group_size,
         max_steps=args.steps,
         learning_rate=1e-5,
@@ -65,7 +68,6 @@ def main(argv: list[str] | None = None) -> None:
         beta=0.0,
         bf16=False,
         use_cpu=True,
-        activation_checkpointing=False,  # 135M on CPU: memory is not the limit, recomputation is
         report_to=[],
         logging_steps=1,
         save_strategy="no",

@@ -136,3 +136,23 @@ def test_two_processes_mask_their_slices_and_share_one_normaliser():
     assert [o["advantages"].tolist() for o in out] == [[1.0] * 4 + [0.0] * 4] * 2
     assert [int(o["num_items_in_batch"]) for o in out] == [17, 17]
     assert int(sum((o["completion_mask"] * o["tool_mask"]).sum() for o in out)) == 17
+
+
+def test_filtered_step_with_micro_batches_equals_kept_only_step(tmp_path, trl_build, trl_params):
+    # one generation batch split into 2 micro-batches (gradient accumulation): the normaliser spans the generation
+    filtered = trl_build(
+        SNRFilterGRPOTrainer,
+        tmp_path / "f",
+        ALL,
+        filter_config=TOP_P,
+        per_device_train_batch_size=8,
+        gradient_accumulation_steps=2,
+    )
+    _, after_filtered = _step(filtered, trl_params)
+    kept = trl_build(
+        trl.GRPOTrainer, tmp_path / "k", ["g0", "g2"], per_device_train_batch_size=4, gradient_accumulation_steps=2
+    )
+    before, after_kept = _step(kept, trl_params)
+    moved = max(float((after_kept[n] - before[n]).abs().max()) for n in before)
+    assert filtered.last_selection.kept_count == 2 and moved > 1e-2
+    _assert_close(after_filtered, after_kept, atol=1e-6 * moved)
