@@ -112,6 +112,9 @@ def test_filter_metrics_reach_trl_logger(tmp_path, trl_build, trl_params):
     assert logged["filter/kept_count"] == 2.0 and logged["filter/kept_ratio"] == 0.5
     assert logged["filter/kept_trajectories"] == 8.0
     assert logged["filter/groups_zero_spread"] == 2.0 and logged["filter/empty_streak"] == 0.0
+    # g0, g2 have spread; g1 all 0 (fails, same reward): too hard; g3 all 1 (succeeds): too easy
+    assert [logged[f"filter/groups_{x}"] for x in ("mixed", "too_hard", "too_easy")] == [2.0, 1.0, 1.0]
+    assert "filter/groups_too_coarse" not in logged
 
 
 def test_sequence_mean_loss_warns(tmp_path, trl_build):

@@ -33,6 +33,7 @@ import torch
 from trl import GRPOTrainer
 
 from mirl.config import FilterConfig
+from mirl.diagnostics.groups import label_counts, label_groups
 from mirl.filtering import Selection, select_groups, select_trajectories
 
 EXACT_LOSS_TYPES = ("dapo", "cispo", "vespo", "bnpo")
@@ -102,6 +103,22 @@ def local_rows(rows: torch.Tensor, process_index: int, local: int) -> torch.Tens
     return rows[process_index * local : (process_index + 1) * local]
 
 
+def group_label_counts(rewards: torch.Tensor, num_generations: int, success_threshold: float) -> dict[str, float]:
+    """The native trainer's ``groups_*`` counts (``mirl.diagnostics.groups``) from the ``(P*K,)`` raw rewards.
+
+    Without the parsed actions a zero-spread failing group cannot be told "too coarse" from "too hard": it counts
+    as ``groups_too_hard`` and ``groups_too_coarse`` is left out.
+
+    >>> counts = group_label_counts(torch.tensor([0.0, 1.0, 0.0, 0.0, 1.0, 1.0]), 2, 1.0)
+    >>> counts["groups_mixed"], counts["groups_too_hard"], counts["groups_too_easy"], "groups_too_coarse" in counts
+    (1.0, 1.0, 1.0, False)
+    """
+    returns = rewards.detach().double().view(-1, num_generations)  # (P, K)
+    counts = label_counts(label_groups([], returns, success_threshold=success_threshold))
+    del counts["groups_too_coarse"]
+    return counts
+
+
 def mask_dropped_rows(output: dict, keep: torch.Tensor, gather: Callable[[torch.Tensor], torch.Tensor]) -> dict:
     """Zero the advantage and the loss mask of the local rows with ``keep[i] = False``; recompute the normaliser.
 
@@ -136,8 +153,9 @@ class SNRFilterGRPOTrainer(GRPOTrainer):
     ``strategy="none"`` nothing is touched and the step is bitwise that of ``GRPOTrainer``.
 
     Selection happens on the gathered rewards, identically on every process; each process masks its own slice.
-    The ``filter/*`` metrics (same names as the native trainer) go to TRL's logger; ``groups_too_coarse`` is not
-    among them (it needs the parsed actions of every group, which TRL's batch does not carry).
+    The ``filter/*`` metrics (same names and meanings as the native trainer) go to TRL's logger;
+    ``groups_too_coarse`` is not among them and those groups count as ``groups_too_hard`` (telling them apart needs
+    the parsed actions of every group, which TRL's batch does not carry).
     """
 
     def __init__(self, *args, filter_config: FilterConfig | Mapping | None = None, **kwargs) -> None:
@@ -180,6 +198,7 @@ class SNRFilterGRPOTrainer(GRPOTrainer):
         self.last_selection = selection
         self.empty_streak = self.empty_streak + 1 if selection.empty else 0
         metrics = dict(selection.metrics, kept_trajectories=float(rows.sum()), empty_streak=float(self.empty_streak))
+        metrics |= group_label_counts(self._raw_rewards, self.num_generations, self.filter_config.success_threshold)
         for key, value in metrics.items():
             self._metrics["train"][f"filter/{key}"].append(float(value))
         keep = local_rows(rows, self.accelerator.process_index, output["advantages"].shape[0])  # (B,)
