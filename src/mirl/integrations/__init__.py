@@ -1,1 +1,1 @@
-"""Optional integrations with other training engines (veRL). Never imported by the layers below."""
+"""Optional integrations with other training engines (veRL, TRL). Never imported by the layers below."""

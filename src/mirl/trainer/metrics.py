@@ -109,6 +109,7 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("diag/{scope}/empty_reasoning", "candidate pairs skipped for an empty Z", "pairs"),
     Metric("diag/{scope}/regime", "regime name from H(Z|X) per token and MI-Est / log N (a string)"),
     Metric("diag/{scope}/{family}/regime", "regime name for an action-dependence family (a string)"),
+    Metric("diag/{scope}/regime_id", "index of diag/{scope}/regime in REGIMES, -1 undetermined (TRL logs numbers)"),
     # gradient decomposition per reward-spread bucket (REFERENCE §5)
     Metric("grad/{bucket}/{component}/norm", "L2 norm of the gradient of one loss component, before clipping"),
     Metric("grad/{bucket}/{component}/norm_per_sample", "norm / trajectories in the bucket"),

@@ -1,0 +1,113 @@
+"""Collapse diagnostics for TRL: the ``diag/*`` MI proxies of the last batch, in TRL's logger.
+
+On TRL's optimizer steps 1, ``every``, ``2 * every``, ... the callback takes the episodes of the last generation
+batch, samples (X, Z) pairs with mirl's samplers, cross-scores them with the trainer's model (mirl's
+prefix-shared scorer) and computes the proxies with ``mirl.diagnostics.run_diagnostics``: per scope
+``diag/<scope>/est/*`` and ``seq/*`` (MI-Est, MI z-scores, retrieval@k and its chance level, H(Z|X), H(Z)),
+``pairs``, ``columns``, ``empty_reasoning``. The metrics enter TRL's metric buffer, so they reach whatever
+``report_to`` names (TensorBoard, W&B, stdout) at the next log. TRL averages numbers only, so the regime name
+is logged as ``diag/<scope>/regime_id`` = its index in ``mirl.diagnostics.REGIMES`` (-1: undetermined);
+``last_metrics`` keeps the names.
+
+Where the episodes come from: with ``MirlRollout`` as the ``rollout_func``, its multi-turn episodes; otherwise
+single-turn episodes rebuilt from the trainer's buffered batch (:func:`batch_episodes`), X = the prompt ids,
+Z = the completion up to ``</think>`` when it has one, else the whole completion. The scoring runs after the
+step's update (TRL gives callbacks no earlier hook with the batch), on the main process only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+import torch
+from transformers import TrainerCallback
+
+from mirl.config import DiagnosticsConfig
+from mirl.diagnostics import REGIMES
+from mirl.diagnostics.run import DiagnosticsState, is_scheduled, run_diagnostics
+from mirl.integrations.trl.envs import eval_mode
+from mirl.rollout.parsing import decode, reasoning_span
+from mirl.types import EnvSpec, Episode, Turn
+
+
+def _config(config: DiagnosticsConfig | Mapping | None) -> DiagnosticsConfig:
+    if config is None or isinstance(config, DiagnosticsConfig):
+        return config or DiagnosticsConfig()
+    names = {f.name for f in dataclasses.fields(DiagnosticsConfig)}
+    unknown = sorted(set(config) - names)
+    if unknown:
+        raise ValueError(f"unknown diagnostics key(s) {unknown}; valid keys: {sorted(names)}")
+    return DiagnosticsConfig(**dict(config))
+
+
+def batch_episodes(inputs: Mapping[str, torch.Tensor], tokenizer) -> list[Episode]:
+    """Single-turn episodes from one TRL batch (``prompt_ids``/``prompt_mask`` left-padded, completions right-padded).
+
+    Rows with identical prompt ids share a group (numbered by first appearance). The loss mask
+    (``completion_mask * tool_mask``) is not applied: Z is what the model was conditioned on and wrote.
+    """
+    episodes, group_of = [], {}
+    for b in range(inputs["prompt_ids"].shape[0]):
+        x = tuple(inputs["prompt_ids"][b][inputs["prompt_mask"][b].bool()].tolist())
+        z = tuple(inputs["completion_ids"][b][inputs["completion_mask"][b].bool()].tolist())
+        group = group_of.setdefault(x, len(group_of))
+        span = reasoning_span(tokenizer, z) or ((0, len(z)) if z else None)
+        turn = Turn(x, z, (0.0,) * len(z), decode(tokenizer, z), "", span, (), 0.0, True, True)
+        episodes.append(Episode(EnvSpec("trl", group), group, b, (turn,), False, "max_turns"))
+    return episodes
+
+
+class CollapseDiagnosticsCallback(TrainerCallback):
+    """Log the ``diag/*`` family of the last batch every ``every`` steps (module docstring).
+
+    Args:
+        trainer: the ``GRPOTrainer`` (or subclass) to read the batch and the model from and log into.
+        config: mirl's ``diagnostics`` block (a ``DiagnosticsConfig``) or a mapping of its fields (``every``,
+            ``scopes``, ``num_pairs``, ``ks``, ...).
+        seed: seed of the pair sampler's generator.
+
+    >>> # trainer.add_callback(CollapseDiagnosticsCallback(trainer, {"every": 5, "num_pairs": 32}))
+    """
+
+    def __init__(self, trainer, config: DiagnosticsConfig | Mapping | None = None, *, seed: int = 0) -> None:
+        self.trainer = trainer
+        self.config = _config(config)
+        if self.config.every < 0:
+            raise ValueError(f"diagnostics every must be >= 0 (0 = off), got {self.config.every}")
+        self.state = DiagnosticsState(decay=self.config.ema_decay)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.last_metrics: dict[str, float | str] = {}
+
+    def episodes(self) -> list[Episode]:
+        """The last batch's episodes: ``MirlRollout.last_episodes`` or the trainer's buffered batch."""
+        rollout = getattr(self.trainer, "rollout_func", None)
+        if getattr(rollout, "last_episodes", None):
+            return list(rollout.last_episodes)
+        buffered = getattr(self.trainer, "_buffered_inputs", None) or []
+        tokenizer = self.trainer.processing_class
+        return [e for inputs in buffered for e in batch_episodes(inputs, tokenizer)]
+
+    def compute(self) -> dict[str, float | str]:
+        """Score the last batch now; returns the metrics (regime names included) and remembers them."""
+        from mirl.policy.hf import HFPolicy
+
+        model = self.trainer.accelerator.unwrap_model(self.trainer.model)
+        param = next(model.parameters())
+        policy = HFPolicy(model, self.trainer.processing_class, device=param.device, dtype=param.dtype)
+        with torch.no_grad(), eval_mode(model):
+            metrics = run_diagnostics(policy, self.episodes(), self.config, self.state, generator=self.generator)
+        for key, value in list(metrics.items()):
+            if isinstance(value, str) and key.endswith("/regime") and key.count("/") == 2:
+                metrics[f"{key}_id"] = float(REGIMES.index(value)) if value in REGIMES else -1.0
+        self.last_metrics = metrics
+        return metrics
+
+    def on_step_end(self, args, state, control, **kwargs):
+        scheduled = self.config.enabled and is_scheduled(state.global_step, self.config.every)
+        if not scheduled or not self.trainer.accelerator.is_main_process:
+            return control
+        for key, value in self.compute().items():
+            if not isinstance(value, str):
+                self.trainer._metrics["train"][key].append(float(value))
+        return control
