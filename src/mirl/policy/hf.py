@@ -14,6 +14,11 @@ the decoded tail, and a seeded local generator:
 - a reply ends at the end-of-turn / eos token (included in ``token_ids``, finish reason ``"eos"``), at the token that
   completes a stop string (included, nothing is cut, ``"stop"``) or after ``max_new_tokens`` (``"length"``).
 
+Training log-probs (:meth:`HFPolicy.token_logprobs`) take the sampling temperature and use
+``log_softmax(logits / temperature)``, the distribution the rollout sampled from, so the update optimises the policy
+that sampled (as veRL's actor does); :meth:`HFPolicy.score` (cross-scoring for the diagnostics) stays at
+temperature 1, its documented definition.
+
 Logits are ``lm_head(last_hidden_state)`` (with Gemma-2 style final soft-capping when the config sets it), computed
 in chunks of positions so the (rows, positions, V) tensor never exceeds ``max_logit_elements``. With gradient
 enabled each chunk is checkpointed, so the backward pass also keeps only one chunk of logits alive.
@@ -115,8 +120,10 @@ class HFPolicy:
         cap = getattr(self.model.config, "final_logit_softcapping", None)
         return torch.tanh(logits / cap) * cap if cap else logits
 
-    def _chunk_logprobs(self, hidden: torch.Tensor, targets: torch.Tensor, with_entropy: bool):
+    def _chunk_logprobs(self, hidden: torch.Tensor, targets: torch.Tensor, with_entropy: bool, temperature: float):
         logits = self._head(hidden)  # (B, C, V)
+        if temperature != 1.0:
+            logits = logits / temperature  # the distribution the rollout sampled from
         log_z = logits.logsumexp(-1)  # (B, C)
         logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_z  # (B, C)
         if not with_entropy:
@@ -125,14 +132,14 @@ class HFPolicy:
         entropy = log_z - (logits.softmax(-1) * logits).sum(-1)  # (B, C)
         return logp, entropy
 
-    def _logprobs_from_hidden(self, hidden, targets, *, with_entropy=False, chunk=None):
-        """log p(targets[:, t]) under the logits of ``hidden[:, t]``, chunked over t; (B, T) each."""
+    def _logprobs_from_hidden(self, hidden, targets, *, with_entropy=False, chunk=None, temperature=1.0):
+        """log p(targets[:, t]) under ``logits(hidden[:, t]) / temperature``, chunked over t; (B, T) each."""
         rows, length = targets.shape
         vocab = self.model.get_output_embeddings().weight.shape[0]
         chunk = chunk or max(1, self.max_logit_elements // max(1, rows * vocab))
         pieces = []
         for start in range(0, length, chunk):
-            args = (hidden[:, start : start + chunk], targets[:, start : start + chunk], with_entropy)
+            args = (hidden[:, start : start + chunk], targets[:, start : start + chunk], with_entropy, temperature)
             if torch.is_grad_enabled() and hidden.requires_grad:
                 pieces.append(checkpoint(self._chunk_logprobs, *args, use_reentrant=False))
             else:
@@ -150,14 +157,22 @@ class HFPolicy:
         *,
         with_entropy: bool = False,
         chunk: int | None = None,
+        temperature: float = 1.0,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Per-token log-probs (and entropies) of a padded batch, with gradient.
 
-        ``logp[:, t] = log p(ids[t] | ids[<t])`` and ``entropy[:, t] = H(p(. | ids[<t]))``. Column 0, positions
-        where ``attention_mask`` is False and a left-padded row's first real token have no context and hold 0.
-        Positions are ``cumsum(mask) - 1``, so left and right padding both work. ``chunk`` = positions per
+        ``logp[:, t] = log p_T(ids[t] | ids[<t])`` and ``entropy[:, t] = H(p_T(. | ids[<t]))`` with
+        ``p_T = softmax(logits / temperature)``: pass the rollout's sampling temperature so the policy being
+        optimised is the one that sampled (the PPO ratio at the first update is then exactly 1). Column 0,
+        positions where ``attention_mask`` is False and a left-padded row's first real token have no context and
+        hold 0. Positions are ``cumsum(mask) - 1``, so left and right padding both work. ``chunk`` = positions per
         log-softmax chunk (None: from ``max_logit_elements``). Call it inside the trainer's autocast/grad context.
         """
+        if not temperature > 0:
+            raise ValueError(
+                f"temperature must be > 0 (the sampling temperature of the rollout), got {temperature}; greedy "
+                "replies (temperature 0) carry log-probs at temperature 1, so pass temperature=1.0 for them"
+            )
         if input_ids.dim() != 2 or input_ids.shape != attention_mask.shape:
             raise ValueError(
                 f"input_ids and attention_mask must both be (B, T), got {tuple(input_ids.shape)} and "
@@ -168,7 +183,7 @@ class HFPolicy:
         positions = (mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, T)
         hidden = self._backbone(input_ids, mask.long(), positions)  # (B, T, H)
         logp, entropy = self._logprobs_from_hidden(
-            hidden[:, :-1], input_ids[:, 1:], with_entropy=with_entropy, chunk=chunk
+            hidden[:, :-1], input_ids[:, 1:], with_entropy=with_entropy, chunk=chunk, temperature=float(temperature)
         )
         # a token counts when it and its predecessor are real: column 0 and a left-padded row's first token do not
         counted = mask & F.pad(mask[:, :-1], (1, 0), value=False)  # (B, T)

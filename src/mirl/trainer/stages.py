@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import torch
@@ -124,10 +125,11 @@ def advantage_metrics(advantages: torch.Tensor, batch: RolloutBatch) -> dict[str
 
 @torch.no_grad()
 def old_logprobs(learner, batch: RolloutBatch, recompute: bool) -> torch.Tensor:
-    """The sampled log-probs (token-in, token-out makes them exact) or, on request, a fresh forward pass."""
+    """The sampled log-probs (token-in, token-out makes them exact) or, on request, a fresh forward pass at the
+    sampling temperature."""
     if not recompute:
         return batch.old_logprobs
-    return _forward_logprobs(learner.policy.token_logprobs, batch)
+    return _forward_logprobs(functools.partial(learner.policy.token_logprobs, temperature=learner.temperature), batch)
 
 
 @torch.no_grad()
