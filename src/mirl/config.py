@@ -79,7 +79,7 @@ class RolloutConfig:
     context_mode: str = "full"
     # turns kept in "window" mode
     context_window: int = 2
-    # longest context in tokens before oldest turns are dropped
+    # context + reply tokens at most (capped at the model's positions); oldest turns are dropped to fit
     max_context_tokens: int = 4096
     # append a one-line example reply to each user message (helps ~100M models find the format)
     format_example: bool = False

@@ -12,7 +12,9 @@ the decoded tail, and a seeded local generator:
 - ``logprobs[t] = log_softmax(logits / temperature)[token]`` in float32, before top-p truncation (temperature 0
   means greedy decoding, and its log-probs are then taken at temperature 1);
 - a reply ends at the end-of-turn / eos token (included in ``token_ids``, finish reason ``"eos"``), at the token that
-  completes a stop string (included, nothing is cut, ``"stop"``) or after ``max_new_tokens`` (``"length"``).
+  completes a stop string (included, nothing is cut, ``"stop"``) or after ``max_new_tokens`` tokens, or when the
+  row's prompt + reply reaches ``sampling.max_total_tokens`` or the model's maximum positions (``"length"``); a
+  prompt that leaves no room for one token is refused.
 
 Training log-probs (:meth:`HFPolicy.token_logprobs`) take the sampling temperature and use
 ``log_softmax(logits / temperature)``, the distribution the rollout sampled from, so the update optimises the policy
@@ -71,6 +73,9 @@ class HFPolicy:
         self.stop_token_ids = frozenset(int(i) for i in ids)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.pad_token_id = int(pad) if pad is not None else 0
+        positions = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
+        # the longest sequence the model can encode (prompt + reply); None when the config does not say
+        self.max_positions = int(positions) if positions else None
 
     # ------------------------------------------------------------------ construction and persistence
 
@@ -268,6 +273,7 @@ class HFPolicy:
                 raise ValueError(f"prompts[{i}] is empty; generate needs at least one context token")
         if not prompts:
             return []
+        limits = [self._reply_limit(i, len(p), sampling) for i, p in enumerate(prompts)]  # tokens per row at most
         rows = len(prompts)
         ids, mask, positions = self._left_pad(prompts)  # (B, L) each
         cache = DynamicCache(config=self.model.config)
@@ -279,10 +285,11 @@ class HFPolicy:
         out_logp: list[list[float]] = [[] for _ in range(rows)]
         reasons: list[str | None] = [None] * rows
         active = torch.arange(rows, device=self.device)  # (A,) global row of each cache row
-        for step in range(sampling.max_new_tokens):
+        for step in range(max(limits)):
             uniform = step_uniforms(base_seed, step, rows).to(self.device)  # (B,)
             tokens, logp = sample_tokens(self._head(hidden), uniform[active], sampling.temperature, sampling.top_p)
-            keep = self._record(active.tolist(), tokens.tolist(), logp.tolist(), out_ids, out_logp, reasons, sampling)
+            out = (out_ids, out_logp, reasons, limits)
+            keep = self._record(active.tolist(), tokens.tolist(), logp.tolist(), out, sampling)
             if not any(keep):
                 break
             keep_t = torch.tensor(keep, device=self.device)
@@ -307,8 +314,22 @@ class HFPolicy:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, L)
         return ids.to(self.device), mask.to(self.device), positions.to(self.device)
 
-    def _record(self, rows, tokens, logps, out_ids, out_logp, reasons, sampling) -> list[bool]:
+    def _reply_limit(self, index: int, prompt_len: int, sampling: SamplingParams) -> int:
+        """New tokens row ``index`` may sample: min(max_new_tokens, max_total_tokens - L, max_positions - L)."""
+        limit = sampling.max_new_tokens
+        for total in (sampling.max_total_tokens, self.max_positions):
+            if total is not None:
+                limit = min(limit, total - prompt_len)
+        if limit < 1:
+            raise ValueError(
+                f"prompts[{index}] has {prompt_len} tokens, leaving no room for a reply (sampling.max_total_tokens="
+                f"{sampling.max_total_tokens}, model positions {self.max_positions}); shorten the prompt"
+            )
+        return limit
+
+    def _record(self, rows, tokens, logps, out, sampling) -> list[bool]:
         """Append this step's tokens; set finish reasons; return, per active row, whether it continues."""
+        out_ids, out_logp, reasons, limits = out
         keep = []
         for row, token, logp in zip(rows, tokens, logps, strict=True):
             out_ids[row].append(token)
@@ -317,7 +338,7 @@ class HFPolicy:
                 reasons[row] = "eos"
             elif sampling.stop and ends_with_stop(self.tokenizer, out_ids[row], sampling.stop):
                 reasons[row] = "stop"
-            elif len(out_ids[row]) >= sampling.max_new_tokens:
+            elif len(out_ids[row]) >= limits[row]:
                 reasons[row] = "length"
             keep.append(reasons[row] is None)
         return keep

@@ -163,6 +163,7 @@ def rollout_metrics(episodes: list[Episode]) -> dict[str, float]:
         "rollout/reasoning_tokens_mean": sum(reasoning) / max(1, len(reasoning)),
         "rollout/valid_thinking_frac": sum(len(t.reasoning_ids) > 0 for t in turns) / n_turns,
         "rollout/truncated_frac": sum(t.finish_reason == "length" for t in turns) / n_turns,
+        "rollout/context_capped_frac": sum(t.finish_reason == "context" for t in turns) / n_turns,
         "rollout/episodes": float(len(episodes)),
     }
     for env in sorted({e.spec.env for e in episodes}):
