@@ -4,6 +4,9 @@ Everything is token ids in, token ids out. Generation is a batched sampling loop
 ``model.generate``, because the rollout needs the exact log-prob of every sampled token, stop strings checked on
 the decoded tail, and a seeded local generator:
 
+- identical prompts (the K samples of a group) are prefilled once and their cache rows repeated; inside
+  :meth:`HFPolicy.prefix_cache` a prompt that extends an earlier finished row encodes only its new tokens
+  (:mod:`mirl.policy.kv`); set ``prefix_sharing = False`` to encode every prompt in full;
 - prompts are left-padded; position ids count real tokens only (``cumsum(mask) - 1``), so a prompt gets the same
   positions whatever else is in the batch; finished rows are dropped from the KV cache and stop costing compute;
 - one uniform per row per step, a function of (``sampling.seed``, step, row index) drawn from a local CPU generator,
@@ -28,6 +31,7 @@ enabled each chunk is checkpointed, so the backward pass also keeps only one chu
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable, Sequence
 
@@ -36,6 +40,8 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 from transformers import DynamicCache
 
+from mirl.policy.kv import PrefixStore, assemble, reusable, rows_kv
+from mirl.policy.sampling import check_sampling, end_of_turn_ids, ends_with_stop, step_uniforms
 from mirl.policy.sources import load_model_and_tokenizer, resolve_device, resolve_dtype
 from mirl.types import Generation, SamplingParams
 
@@ -76,6 +82,12 @@ class HFPolicy:
         positions = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
         # the longest sequence the model can encode (prompt + reply); None when the config does not say
         self.max_positions = int(positions) if positions else None
+        # encode identical prompts once and, inside prefix_cache(), extend stored caches (mirl.policy.kv)
+        self.prefix_sharing = True
+        self.prefix_cache_bytes = 2**30  # stored caches of one rollout at most
+        self._store: PrefixStore | None = None
+        # prompt tokens given to generate and tokens actually encoded by its prefill (padding excluded)
+        self.prefill_tokens = {"prompt": 0, "encoded": 0}
 
     # ------------------------------------------------------------------ construction and persistence
 
@@ -263,6 +275,18 @@ class HFPolicy:
 
     # ------------------------------------------------------------------ generation
 
+    @contextlib.contextmanager
+    def prefix_cache(self):
+        """Within this block, ``generate`` keeps each finished row's cache and a later prompt that extends a kept
+        sequence encodes only its new tokens (multi-turn reuse, :mod:`mirl.policy.kv`). Use it for one rollout:
+        the caches are dropped on exit, and must not outlive a weight update."""
+        previous = self._store
+        self._store = PrefixStore(self.prefix_cache_bytes) if self.prefix_sharing else None
+        try:
+            yield self._store
+        finally:
+            self._store = previous
+
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[Generation]:
         """Sample one continuation per prompt (see the module docstring for the exact semantics)."""
@@ -275,10 +299,8 @@ class HFPolicy:
             return []
         limits = [self._reply_limit(i, len(p), sampling) for i, p in enumerate(prompts)]  # tokens per row at most
         rows = len(prompts)
-        ids, mask, positions = self._left_pad(prompts)  # (B, L) each
-        cache = DynamicCache(config=self.model.config)
-        hidden = self._backbone(ids, mask, positions, cache)[:, -1]  # (B, H)
-        next_pos = positions[:, -1] + 1  # (B,)
+        cache, hidden, mask, next_pos = self._prefill(prompts)  # cache of B rows, (B, H), (B, L), (B,)
+        store = self._store if self._store is not None and reusable(cache) else None
         # seed None: one draw from the global generator, so the caller's seeding still decides the samples
         base_seed = int(torch.randint(0, 2**62, ())) if sampling.seed is None else int(sampling.seed)
         out_ids: list[list[int]] = [[] for _ in range(rows)]
@@ -290,6 +312,11 @@ class HFPolicy:
             tokens, logp = sample_tokens(self._head(hidden), uniform[active], sampling.temperature, sampling.top_p)
             out = (out_ids, out_logp, reasons, limits)
             keep = self._record(active.tolist(), tokens.tolist(), logp.tolist(), out, sampling)
+            if store is not None and not all(keep):
+                finished = [a for a, kept in enumerate(keep) if not kept]
+                for a, kv in zip(finished, rows_kv(cache, finished, mask), strict=True):
+                    row = int(active[a])
+                    store.add(tuple(prompts[row]) + tuple(out_ids[row][:-1]), kv)  # the last token was never fed
             if not any(keep):
                 break
             keep_t = torch.tensor(keep, device=self.device)
@@ -303,6 +330,33 @@ class HFPolicy:
             Generation(tuple(i), tuple(lp), reason or "length")
             for i, lp, reason in zip(out_ids, out_logp, reasons, strict=True)
         ]
+
+    def _prefill(self, prompts: list[list[int]]):
+        """Encode the prompts: (cache of B rows, last hidden (B, H), mask (B, L), next positions (B,)).
+
+        With ``prefix_sharing`` each distinct prompt is encoded once (its cache rows are then repeated for every
+        copy), and inside :meth:`prefix_cache` a stored prefix of a prompt is not encoded again. Positions count
+        real tokens (``cumsum(mask) - 1`` over stored + new columns), so every token sits where it would without
+        sharing.
+        """
+        keys = [tuple(p) for p in prompts]
+        distinct = list(dict.fromkeys(keys)) if self.prefix_sharing else keys
+        stored = [self._store.take(p) if self._store is not None else None for p in distinct]
+        cache, past = assemble(stored, self.model.config, self.device)  # U rows, past mask (U, S)
+        reused = past.sum(-1).tolist()  # (U,) stored tokens per distinct prompt
+        ids, new_mask, _ = self._left_pad([list(p[n:]) for p, n in zip(distinct, reused, strict=True)])  # (U, N)
+        mask = torch.cat([past, new_mask], dim=1)  # (U, S + N)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (U, S + N)
+        hidden = self._backbone(ids, mask, positions[:, past.shape[1] :], cache)[:, -1]  # (U, H)
+        self.prefill_tokens["prompt"] += sum(len(p) for p in prompts)
+        self.prefill_tokens["encoded"] += int(new_mask.sum())
+        next_pos = positions[:, -1] + 1  # (U,)
+        if len(distinct) < len(keys):
+            index = {p: u for u, p in enumerate(distinct)}
+            rows = torch.tensor([index[k] for k in keys], device=self.device)  # (B,) distinct prompt of each row
+            cache.batch_select_indices(rows)
+            hidden, mask, next_pos = hidden[rows], mask[rows], next_pos[rows]
+        return cache, hidden, mask, next_pos
 
     def _left_pad(self, prompts: list[list[int]]):
         longest = max(len(p) for p in prompts)
@@ -344,27 +398,6 @@ class HFPolicy:
         return keep
 
 
-def check_sampling(sampling: SamplingParams) -> None:
-    if sampling.max_new_tokens < 1:
-        raise ValueError(f"sampling.max_new_tokens must be >= 1, got {sampling.max_new_tokens}")
-    if sampling.temperature < 0:
-        raise ValueError(f"sampling.temperature must be >= 0 (0 = greedy), got {sampling.temperature}")
-    if not 0.0 < sampling.top_p <= 1.0:
-        raise ValueError(f"sampling.top_p must be in (0, 1], got {sampling.top_p}")
-    if any(not stop for stop in sampling.stop):
-        raise ValueError(f"sampling.stop must hold non-empty strings, got {sampling.stop!r}")
-
-
-def step_uniforms(seed: int, step: int, rows: int) -> torch.Tensor:
-    """The (rows,) uniforms of one decoding step from a CPU generator seeded with ``seed * 1000003 + step``.
-
-    CPU ``torch.rand`` fills in order, so row r's value depends on (seed, step, r) only: never on how many rows
-    the batch has or which of them already finished, and it is the same on every device.
-    """
-    generator = torch.Generator().manual_seed((seed * 1_000_003 + step) % 2**63)
-    return torch.rand(rows, generator=generator)
-
-
 def sample_tokens(logits: torch.Tensor, uniform: torch.Tensor, temperature: float, top_p: float):
     """Pick one token per row by inverse CDF of ``uniform`` (A,); return tokens (A,) and their log-probs (A,).
 
@@ -392,41 +425,3 @@ def sample_tokens(logits: torch.Tensor, uniform: torch.Tensor, temperature: floa
     index = index.clamp(max=probs.shape[-1] - 1)
     tokens = (order.gather(-1, index) if order is not None else index).squeeze(-1)  # (A,)
     return tokens, logp_all.gather(-1, tokens[:, None]).squeeze(-1)
-
-
-def ends_with_stop(tokenizer, ids: Sequence[int], stops: Sequence[str]) -> bool:
-    """Whether a stop string occurs in the decoded tail of ``ids`` (checked after every new token).
-
-    A stop string of b bytes completed by the last token starts within the last b tokens (every token decodes to
-    at least one byte), so decoding the last ``b + 3`` tokens suffices; the 3 spare tokens cover a multi-byte
-    character split across tokens and decoders that drop the first token's leading space.
-    """
-    window = max(len(stop.encode()) for stop in stops) + 3
-    tail = tokenizer.decode(list(ids[-window:]), skip_special_tokens=False)
-    return any(stop in tail for stop in stops)
-
-
-def end_of_turn_ids(tokenizer, model=None) -> set[int]:
-    """``tokenizer.eos_token_id``, the model's generation-config eos ids, and the chat template's end-of-turn token.
-
-    The end-of-turn token is the first token after the assistant message in a rendered one-turn chat when that
-    token is special (``<|im_end|>`` in ChatML, ``<|eot_id|>`` in Llama 3, ``<end_of_turn>`` in Gemma).
-    """
-    ids: set[int] = set()
-    if tokenizer.eos_token_id is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if config_eos is not None:
-        ids.update(int(i) for i in ([config_eos] if isinstance(config_eos, int) else config_eos))
-    if getattr(tokenizer, "chat_template", None):
-        marker = "mirl-reply-marker"
-        chat = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": marker}]
-        try:
-            rendered = tokenizer.apply_chat_template(chat, tokenize=False)
-        except Exception:  # a template that rejects this chat says nothing about its end-of-turn token
-            return ids
-        tail = rendered.split(marker, 1)[-1] if marker in rendered else ""
-        first = tokenizer.encode(tail, add_special_tokens=False)[:1]
-        if first and first[0] in set(tokenizer.all_special_ids) | set(tokenizer.added_tokens_decoder):
-            ids.add(int(first[0]))
-    return ids

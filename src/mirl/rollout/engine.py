@@ -35,11 +35,15 @@ longer than ``config.max_context_tokens``; ``"window"`` starts at the later of t
 for turn i (the window counts the current turn). Without a dropped turn, each full-mode context extends the
 previous context and reply exactly, which is what :func:`~mirl.rollout.collate.collate` relies on.
 
+In full mode the engine runs the rollout inside ``policy.prefix_cache()`` when the policy has one, so each turn
+extends the previous turn's key/value cache instead of encoding the whole history again.
+
 Reproducibility: with ``sampling_seed``, chunk c of turn t samples with :func:`turn_seed` ``(sampling_seed, t, c)``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import warnings
 from collections.abc import Callable, Sequence
@@ -141,6 +145,18 @@ def run_episodes(
     fmt = ChatFormat.from_tokenizer(tokenizer)
     budget = context_budget(policy, tokenizer, config)
     lives = [_start(spec, p, k, fmt, tokenizer, config) for p, spec in enumerate(specs) for k in range(group_size)]
+    reuse = getattr(policy, "prefix_cache", None) if config.context_mode == "full" else None
+    with reuse() if reuse is not None else contextlib.nullcontext():
+        _play(policy, lives, (fmt, tokenizer, config, budget), sampling_seed, progress)
+    return [_finish(live) for live in lives]
+
+
+run = run_episodes
+
+
+def _play(policy, lives: list[_Live], setting, sampling_seed: int | None, progress: ProgressFn | None) -> None:
+    """The turn loop; ``setting`` = (chat format, tokenizer, rollout config, context budget)."""
+    fmt, tokenizer, config, budget = setting
     for turn in range(config.max_turns):
         active = [live for live in lives if live.end_reason is None]
         contexts = [_next_context(live, turn, fmt, tokenizer, config, budget) for live in active]
@@ -153,10 +169,6 @@ def run_episodes(
             _apply(live, ctx, bounded, tokenizer, config)
         if progress is not None:
             progress(turn, len(playing), len(lives))
-    return [_finish(live) for live in lives]
-
-
-run = run_episodes
 
 
 def _validate(specs, group_size: int, config: RolloutConfig, sampling_seed: int | None) -> None:
