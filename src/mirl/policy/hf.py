@@ -41,6 +41,7 @@ from torch.utils.checkpoint import checkpoint
 from transformers import DynamicCache
 
 from mirl.policy.kv import PrefixStore, assemble, reusable, rows_kv
+from mirl.policy.packing import pack, packed_inputs
 from mirl.policy.sampling import check_sampling, end_of_turn_ids, ends_with_stop, step_uniforms
 from mirl.policy.sources import load_model_and_tokenizer, resolve_device, resolve_dtype
 from mirl.types import Generation, SamplingParams
@@ -86,6 +87,9 @@ class HFPolicy:
         self.prefix_sharing = True
         self.prefix_cache_bytes = 2**30  # stored caches of one rollout at most
         self._store: PrefixStore | None = None
+        # scoring: pack continuations unpadded into rows of at most max_packed_tokens (mirl.policy.packing)
+        self.pack_scoring = True
+        self.max_packed_tokens = 512
         # prompt tokens given to generate and tokens actually encoded by its prefill (padding excluded)
         self.prefill_tokens = {"prompt": 0, "encoded": 0}
 
@@ -215,8 +219,11 @@ class HFPolicy:
     def score(self, prefixes: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]) -> list[torch.Tensor]:
         """Teacher-forced log p(continuations[i][t] | prefixes[i], continuations[i][:t]), float32 on CPU.
 
-        Identical prefixes (same id tuple) are encoded once; their KV cache is expanded over micro-batches of the
-        continuations that follow them (right-padded, longest first, at most ``max_batch_tokens`` per pass).
+        Identical prefixes (same id tuple) are encoded once and their KV cache serves every continuation that
+        follows them; an identical (prefix, continuation) cell is scored once and its result shared. With SDPA or
+        eager attention the continuations are packed end to end, unpadded, in rows of at most ``max_packed_tokens``
+        (:mod:`mirl.policy.packing`), so a pass computes real tokens only; otherwise (and with ``pack_scoring =
+        False``) they go in right-padded micro-batches (longest first, at most ``max_batch_tokens`` per pass).
         """
         if len(prefixes) != len(continuations):
             raise ValueError(f"score needs one prefix per continuation, got {len(prefixes)} and {len(continuations)}")
@@ -226,13 +233,24 @@ class HFPolicy:
                 raise ValueError(f"prefixes[{i}] is empty; score needs at least one context token")
             groups.setdefault(tuple(int(t) for t in prefix), []).append(i)
         results: list[torch.Tensor] = [torch.zeros(0)] * len(prefixes)
+        packed = self.pack_scoring and getattr(self.model.config, "_attn_implementation", None) in ("sdpa", "eager")
+        score_batch = self._score_packed if packed else self._score_batch
         for prefix, rows in groups.items():
             kv, last_hidden = self._encode_prefix(prefix)
-            rows = sorted((i for i in rows if len(continuations[i]) > 0), key=lambda i: -len(continuations[i]))
-            for batch in self._micro_batches(rows, continuations, len(prefix)):
-                conts = [continuations[i] for i in batch]
-                for i, logp in zip(batch, self._score_batch(kv, last_hidden, conts), strict=True):
-                    results[i] = logp
+            copies: dict[tuple[int, ...], list[int]] = {}  # identical cells are scored once
+            for i in rows:
+                if len(continuations[i]) > 0:
+                    copies.setdefault(tuple(int(t) for t in continuations[i]), []).append(i)
+            conts = sorted(copies, key=len, reverse=True)
+            if packed:
+                capacity = max(1, min(self.max_packed_tokens, self.max_batch_tokens - len(prefix)))
+                batches = pack([len(c) for c in conts], capacity)
+            else:
+                batches = self._micro_batches(list(range(len(conts))), conts, len(prefix))
+            for batch in batches:
+                for j, logp in zip(batch, score_batch(kv, last_hidden, [conts[j] for j in batch]), strict=True):
+                    for i in copies[conts[j]]:
+                        results[i] = logp
         return results
 
     def _encode_prefix(self, prefix: tuple[int, ...]):
@@ -272,6 +290,15 @@ class HFPolicy:
         predictors = torch.cat([last_hidden.expand(rows, -1, -1), hidden[:, :-1]], dim=1)  # (n, Lc, H)
         logp, _ = self._logprobs_from_hidden(predictors, ids)  # (n, Lc)
         return [logp[r, : len(cont)].float().cpu() for r, cont in enumerate(conts)]
+
+    def _score_packed(self, kv, last_hidden, conts) -> list[torch.Tensor]:
+        prefix_len = kv[0][0].shape[-2]
+        ids, positions, mask, predictor = packed_inputs(conts, prefix_len, self.dtype, self.device)  # (1, S) ...
+        cache = DynamicCache([(k, v) for k, v in kv], config=self.model.config)
+        hidden = self._backbone(ids, mask, positions, cache)  # (1, S, H)
+        predictors = torch.cat([last_hidden, hidden], dim=1)[:, predictor]  # (1, S, H)
+        logp, _ = self._logprobs_from_hidden(predictors, ids)  # (1, S)
+        return [part.float().cpu() for part in logp[0].split([len(c) for c in conts])]
 
     # ------------------------------------------------------------------ generation
 
