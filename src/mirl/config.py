@@ -41,8 +41,9 @@ class ModelConfig:
     lora_alpha: float = 32.0
     # critic backbone for ppo/dapo; None = a copy of the policy backbone
     critic_name: str | None = None
-    # recompute activations in the backward pass to save memory
-    gradient_checkpointing: bool = False
+    # recompute each decoder layer's activations in the backward pass: the update's peak memory falls by most of
+    # its activations (quickstart: see benchmarks/step.py) for about one more forward pass of time
+    gradient_checkpointing: bool = True
 
 
 @dataclass

@@ -26,7 +26,8 @@ temperature 1, its documented definition.
 
 Logits are ``lm_head(last_hidden_state)`` (with Gemma-2 style final soft-capping when the config sets it), computed
 in chunks of positions so the (rows, positions, V) tensor never exceeds ``max_logit_elements``. With gradient
-enabled each chunk is checkpointed, so the backward pass also keeps only one chunk of logits alive.
+enabled each chunk is checkpointed, so the backward pass also keeps only one chunk of logits alive; with
+``activation_checkpointing`` the decoder layers are checkpointed too (:mod:`mirl.policy.checkpointing`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 from transformers import DynamicCache
 
+from mirl.policy.checkpointing import checkpointed_layers
 from mirl.policy.kv import PrefixStore, assemble, reusable, rows_kv
 from mirl.policy.packing import pack, packed_inputs
 from mirl.policy.sampling import check_sampling, end_of_turn_ids, ends_with_stop, step_uniforms
@@ -90,6 +92,8 @@ class HFPolicy:
         # scoring: pack continuations unpadded into rows of at most max_packed_tokens (mirl.policy.packing)
         self.pack_scoring = True
         self.max_packed_tokens = 512
+        # training log-probs with gradient recompute each decoder layer in backward (mirl.policy.checkpointing)
+        self.activation_checkpointing = False
         # prompt tokens given to generate and tokens actually encoded by its prefill (padding excluded)
         self.prefill_tokens = {"prompt": 0, "encoded": 0}
 
@@ -202,7 +206,8 @@ class HFPolicy:
         input_ids = input_ids.to(self.device)
         mask = attention_mask.to(self.device).bool()  # (B, T)
         positions = (mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, T)
-        hidden = self._backbone(input_ids, mask.long(), positions)  # (B, T, H)
+        with checkpointed_layers(self.model, self.activation_checkpointing and torch.is_grad_enabled()):
+            hidden = self._backbone(input_ids, mask.long(), positions)  # (B, T, H)
         logp, entropy = self._logprobs_from_hidden(
             hidden[:, :-1], input_ids[:, 1:], with_entropy=with_entropy, chunk=chunk, temperature=float(temperature)
         )

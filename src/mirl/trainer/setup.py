@@ -79,8 +79,7 @@ class _Reference:
 def build_learner(policy, config: Config, preset: AlgorithmPreset) -> Learner:
     if config.model.lora_rank > 0:
         policy.model = _lora(policy.model, config)
-    if config.model.gradient_checkpointing:
-        policy.model.gradient_checkpointing_enable()
+    policy.activation_checkpointing = config.model.gradient_checkpointing  # works in eval mode, unlike HF's switch
     policy.model.eval()
     algo = config.algorithm
     params = [p for p in policy.model.parameters() if p.requires_grad]
@@ -116,4 +115,6 @@ def _make_critic(policy, config: Config) -> Critic:
         )
     if config.model.lora_rank > 0:
         _lora(causal_lm, config)  # injects adapters in place and freezes the rest
-    return Critic(causal_lm).to(policy.device)
+    critic = Critic(causal_lm).to(policy.device)
+    critic.checkpointing = config.model.gradient_checkpointing
+    return critic
