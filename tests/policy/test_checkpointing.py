@@ -51,3 +51,21 @@ def test_disabled_or_no_grad_changes_nothing():
         assert all(layer.gradient_checkpointing for layer in policy.model.model.layers)
         assert not policy.model.model.layers[0].mlp.training  # children keep eval mode (no dropout)
     assert not any(layer.gradient_checkpointing for layer in policy.model.model.layers)
+
+
+def test_no_full_vocabulary_logits_are_kept_for_backward():
+    # every chunk's logits are recomputed in backward, one chunk at a time: nothing of width V is saved
+    policy = tiny_policy(seed=4)
+    vocab = policy.model.get_output_embeddings().weight.shape[0]
+    policy.max_logit_elements = 2 * 5 * vocab  # chunks of 5 positions for 2 rows
+    ids = torch.randint(3, 200, (2, 23), generator=torch.Generator().manual_seed(1))
+    saved = []
+
+    def pack(tensor):
+        saved.append(tuple(tensor.shape))
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        logp, entropy = policy.token_logprobs(ids, torch.ones_like(ids), with_entropy=True)
+    (logp.sum() + entropy.sum()).backward()
+    assert saved and not [shape for shape in saved if shape and shape[-1] == vocab]
