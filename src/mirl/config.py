@@ -42,7 +42,7 @@ class ModelConfig:
     # critic backbone for ppo/dapo; None = a copy of the policy backbone
     critic_name: str | None = None
     # recompute each decoder layer's activations in the backward pass: the update's peak memory falls by most of
-    # its activations (quickstart: see benchmarks/step.py) for about one more forward pass of time
+    # its activations (quickstart: see benchmarks/memory.py) for about one more forward pass of time
     gradient_checkpointing: bool = True
 
 
