@@ -4,11 +4,13 @@
     python benchmarks/memory.py model.name=Qwen/Qwen2.5-0.5B-Instruct
 
 Each setting runs ``configs/quickstart.yaml`` for one iteration (diagnostics and validation off) in a fresh
-process, so one setting's peak cannot leak into the other's. Both sample the same rollout (same seeds); the
-peak resident set size is reset (``/proc/self/clear_refs``) when the update starts, so the figure is the update's
-own peak, not the rollout's. Settings: "plain" = ``model.gradient_checkpointing=false``; "lean" = the defaults
-(decoder layers checkpointed in the update's forward pass). In both, the chunked log-prob path keeps one chunk of
-full-vocabulary logits alive, and no reference model is built while ``kl_coef`` is 0.
+process, so one setting's peak cannot leak into the other's. The rollout is scripted (every reply is the same
+~60-token think-and-answer text, tokenized by the model's tokenizer; ``--sampled`` samples it from the model
+instead) and the filter is off, so both settings update on the same full 4 x 4 batch, the largest the quickstart
+trains on. The peak resident set size is reset (``/proc/self/clear_refs``) when the update starts, so the figure
+is the update's own peak, not the rollout's. Settings: "plain" = ``model.gradient_checkpointing=false``;
+"lean" = the defaults (decoder layers checkpointed in the update's forward pass). In both, the chunked log-prob
+path keeps one chunk of full-vocabulary logits alive, and no reference model is built while ``kl_coef`` is 0.
 
 Where the memory goes: weights, gradients and AdamW state are counted from the tensors; "activations, logits and
 the rest" is the update's peak minus its starting RSS minus gradients and optimiser state (created in the update).
@@ -42,12 +44,30 @@ def _tensor_bytes(tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def child(overrides: list[str], out: str) -> dict:
+REPLY = (
+    "<think>The goal is down and to the right of me. Moving right keeps me away from the hole below, so I will "
+    "step right first and then go down next turn.</think><answer>Right</answer>"
+)
+
+
+def _scripted_rollouts(stages) -> None:
+    """Replace the rollout by one whose every reply is :data:`REPLY` (same batch for every setting)."""
+    from mirl.policy.scripted import ScriptedPolicy
+
+    collect = stages.collect
+
+    def scripted_collect(policy, config, iteration, sampling_seed):
+        return collect(ScriptedPolicy(policy.tokenizer, lambda _: REPLY), config, iteration, sampling_seed)
+
+    stages.collect = scripted_collect
+
+
+def child(overrides: list[str], out: str, sampled: bool) -> dict:
     """Train one quickstart iteration and measure its update (runs in the child process)."""
     import torch
 
     from mirl.config import load_config
-    from mirl.trainer import loop, train
+    from mirl.trainer import loop, stages, train
 
     measured = {}
     original = loop.train_on
@@ -78,6 +98,9 @@ def child(overrides: list[str], out: str) -> dict:
         return metrics
 
     loop.train_on = train_on
+    if not sampled:
+        _scripted_rollouts(stages)
+        overrides = ["filter.strategy=none", *overrides]
     config = load_config("configs/quickstart.yaml", [
         *overrides, "trainer.iterations=1", "diagnostics.enabled=false", "validation.every=-1",
         "logging.progress=false", "logging.tensorboard=false", "logging.save_rollouts=none",
@@ -86,7 +109,7 @@ def child(overrides: list[str], out: str) -> dict:
     torch.manual_seed(0)
     result = train(config)
     if not measured:
-        raise SystemExit("the filter kept no trajectory, so there was no update to measure; try another trainer.seed")
+        raise SystemExit("the filter kept no trajectory, so there was no update to measure; try filter.strategy=none")
     lines = (result.run_dir / "metrics.jsonl").read_text().splitlines()
     metrics = json.loads(lines[-1])
     process_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GB
@@ -122,15 +145,17 @@ def report(results: dict[str, dict]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--child", choices=sorted(SETTINGS), help=argparse.SUPPRESS)
+    parser.add_argument("--sampled", action="store_true", help="sample the rollout from the model (slower)")
     parser.add_argument("overrides", nargs="*", help="extra key=value config overrides")
     args = parser.parse_args()
     if args.child:
         with tempfile.TemporaryDirectory() as out:
-            print("RESULT " + json.dumps(child([*SETTINGS[args.child], *args.overrides], out)))
+            print("RESULT " + json.dumps(child([*SETTINGS[args.child], *args.overrides], out, args.sampled)))
         return
     results = {}
     for name in SETTINGS:
-        command = [sys.executable, __file__, "--child", name, *args.overrides]
+        sampled = ["--sampled"] if args.sampled else []
+        command = [sys.executable, __file__, "--child", name, *sampled, *args.overrides]
         done = subprocess.run(command, capture_output=True, text=True, env=os.environ, check=False)
         lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
         if done.returncode != 0 or not lines:
