@@ -15,7 +15,9 @@ and the peak resident memory of that phase (``VmHWM`` from ``/proc/self/status``
 ``--naive-rows R`` the naive mode scores only the first R reasonings against all N prompts and its time is
 scaled by M / R (printed as "extrapolated"); the largest difference between the two modes' per-token scores
 on the rows both computed is printed too. ``--shared-only`` skips the naive mode (e.g. to measure the memory of
-a 64 x 64 matrix). ``--threads`` sets torch's intra-op threads (a busy shared machine runs far faster with 1).
+a 64 x 64 matrix). ``--padded`` also times shared mode with right-padded micro-batches instead of packed rows
+(``HFPolicy.pack_scoring = False``, the layout before packing) and prints the time ratio. ``--threads`` sets
+torch's intra-op threads (a busy shared machine runs far faster with 1).
 """
 
 from __future__ import annotations
@@ -79,6 +81,15 @@ def run_case(policy, name: str, prompts, reasonings, args) -> None:
         f"  shared  {shared_s:9.1f} s  {cell_tokens / shared_s:9.0f} cell tok/s  "
         f"{shared_forwarded / shared_s:7.0f} forwarded tok/s  peak {shared_gb:.2f} GiB"
     )
+    if args.padded:
+        policy.pack_scoring = False
+        padded, padded_s, padded_gb = timed(policy, prompts, reasonings, "shared", args.max_batch_tokens)
+        policy.pack_scoring = True
+        gap = (padded - shared).abs().max().item()
+        print(
+            f"  padded  {padded_s:9.1f} s  {cell_tokens / padded_s:9.0f} cell tok/s  peak {padded_gb:.2f} GiB  "
+            f"(packed / padded time {shared_s / padded_s:.2f}, max |L_packed - L_padded| = {gap:.2e})"
+        )
     if args.shared_only:
         return
     naive_rows = min(rows, args.naive_rows or rows)
@@ -108,6 +119,7 @@ def main() -> None:
     parser.add_argument("--max-batch-tokens", type=int, default=8192)
     parser.add_argument("--cases", default="first_turn,trajectory")
     parser.add_argument("--shared-only", action="store_true")
+    parser.add_argument("--padded", action="store_true", help="also time shared mode with right-padded micro-batches")
     parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch's default)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()

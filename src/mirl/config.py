@@ -45,8 +45,9 @@ class ModelConfig:
     lora_alpha: float = 32.0
     # critic backbone for ppo/dapo; None = a copy of the policy backbone
     critic_name: str | None = None
-    # recompute activations in the backward pass to save memory
-    gradient_checkpointing: bool = False
+    # recompute each decoder layer's activations in the backward pass: the update's peak memory falls by most of
+    # its activations (quickstart: see benchmarks/memory.py) for about one more forward pass of time
+    gradient_checkpointing: bool = True
     # vllm backend: share of GPU memory vLLM may take for weights and KV cache, in (0, 1]
     vllm_gpu_memory_utilization: float = 0.4
     # vllm backend: GiB of KV cache on the CPU build (sets VLLM_CPU_KVCACHE_SPACE when unset), >= 1
@@ -89,7 +90,7 @@ class RolloutConfig:
     context_mode: str = "full"
     # turns kept in "window" mode
     context_window: int = 2
-    # longest context in tokens before oldest turns are dropped
+    # context + reply tokens at most (capped at the model's positions); oldest turns are dropped to fit
     max_context_tokens: int = 4096
     # append a one-line example reply to each user message (helps ~100M models find the format)
     format_example: bool = False

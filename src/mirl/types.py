@@ -26,6 +26,9 @@ class SamplingParams:
     stop: tuple[str, ...] = ("</answer>",)
     # None: draw from the caller's generator state; an int makes the call reproducible
     seed: int | None = None
+    # prompt + reply tokens at most per row (the context budget); None: only max_new_tokens (and the model's
+    # maximum positions) bound a reply. A reply stopped by this bound ends with finish reason "length".
+    max_total_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,7 @@ class Turn:
     reward: float  # env rewards of this turn's actions plus the format penalty, if any
     format_valid: bool  # the reply matched <think>...</think><answer>...</answer>
     actions_valid: bool  # format_valid and every action legal
+    # "stop", "eos", "length" (max_new_tokens) or "context" (cut at the context budget / the model's positions)
     finish_reason: str = "stop"
 
     @property

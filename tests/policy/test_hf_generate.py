@@ -136,3 +136,15 @@ def test_inverse_cdf_sampling_frequencies():
     tokens, logp = sample_tokens(logits, uniform, 1.0, 0.75)
     assert torch.bincount(tokens, minlength=3).tolist() == [625, 375, 0]
     torch.testing.assert_close(logp, torch.tensor([0.5, 0.3, 0.2]).log()[tokens])
+
+
+def test_replies_never_pass_the_model_positions_or_the_total_budget():
+    policy = tiny_policy()
+    policy.max_positions = 20
+    prompts = [list(range(3, 18)), list(range(3, 10))]  # 15 and 7 tokens
+    gens = policy.generate(prompts, SamplingParams(max_new_tokens=64, stop=(), seed=0))
+    assert [len(g.token_ids) for g in gens if g.finish_reason == "length"] == [5, 13]  # 20 - 15, 20 - 7
+    gens = policy.generate(prompts, SamplingParams(max_new_tokens=64, stop=(), seed=0, max_total_tokens=17))
+    assert [len(g.token_ids) for g in gens if g.finish_reason == "length"] == [2, 10]
+    with pytest.raises(ValueError, match="prompts\\[0\\] has 20 tokens, leaving no room"):
+        policy.generate([list(range(3, 23))], SamplingParams(max_new_tokens=4, seed=0))

@@ -1,5 +1,6 @@
 """Engine transcripts on the corridor env (cells 0..3, goal at 3, -0.1 per move, +1 at the goal)."""
 
+import dataclasses
 import threading
 import time
 
@@ -178,3 +179,49 @@ def test_envs_with_concurrent_steps_are_stepped_on_threads_with_the_same_result(
     # 6 episodes x 3 moves (2, then 1 onto the goal) of 0.05 s: 0.9 s one after another, 0.15 s overlapped
     assert time.monotonic() - start < 0.6 and len(threads) > 1
     assert transcripts(concurrent) == transcripts(sequential)
+
+
+def test_reply_is_bounded_by_the_context_budget(corridor, tok):
+    # the first context has n tokens; with a budget of n + 5 the reply gets 5 tokens, not max_new_tokens = 64
+    probe, [first] = play(tok, [reply("Right")], max_turns=1)
+    n = len(first.turns[0].context_ids)
+    policy, [ep] = play(tok, [reply("Right", think="a long thought " * 20)], max_turns=1, max_context_tokens=n + 5)
+    turn = ep.turns[0]
+    assert len(turn.response_ids) == 5 and turn.finish_reason == "context"
+    assert policy.samplings[0].max_total_tokens == n + 5
+    assert len(turn.context_ids) + len(turn.response_ids) == n + 5
+
+
+def test_a_policy_that_ignores_the_budget_is_cut(corridor, tok):
+    class Greedy(ScriptedPolicy):  # ignores max_total_tokens
+        def generate(self, prompts, sampling):
+            return super().generate(prompts, dataclasses.replace(sampling, max_total_tokens=None))
+
+    n = len(play(tok, [reply("Right")], max_turns=1)[1][0].turns[0].context_ids)
+    policy = Greedy(tok, [reply("Right", think="a long thought " * 20)])
+    [ep] = run_episodes(policy, [EnvSpec("corridor", 0)], 1, config(max_turns=1, max_context_tokens=n + 3))
+    assert len(ep.turns[0].response_ids) == 3 and ep.turns[0].finish_reason == "context"
+
+
+def test_the_model_positions_cap_the_budget_with_a_warning(corridor, tok):
+    n = len(play(tok, [reply("Right")], max_turns=1)[1][0].turns[0].context_ids)
+    policy = ScriptedPolicy(tok, [reply("Right", think="a long thought " * 20)])
+    policy.max_positions = n + 4
+    with pytest.warns(UserWarning, match=f"exceeds the model's {n + 4} positions"):
+        [ep] = run_episodes(policy, [EnvSpec("corridor", 0)], 1, config(max_turns=1))
+    assert len(ep.turns[0].context_ids) + len(ep.turns[0].response_ids) == n + 4
+
+
+def test_a_huge_observation_is_rejected_before_it_is_tokenized(corridor, tok, monkeypatch):
+    monkeypatch.setattr(corridor, "render", lambda self: "_" * 5_000_000)
+    lengths = []
+    encode = type(tok).encode
+
+    def counting(self, text, *args, **kwargs):
+        lengths.append(len(text))
+        return encode(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(type(tok), "encode", counting)
+    policy, [ep] = play(tok, [], max_context_tokens=1000)
+    assert ep.end_reason == "context_length" and ep.num_turns == 0 and policy.calls == []
+    assert max(lengths) < 100_000  # only the system prompt was tokenized

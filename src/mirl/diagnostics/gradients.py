@@ -105,6 +105,7 @@ def gradient_decomposition(
     buckets: str = "quantile",
     ref_logprobs: torch.Tensor | None = None,
     micro_batch_size: int = 4,
+    temperature: float = 1.0,
 ) -> dict[str, float]:
     """Per-bucket, per-component gradient norms of the loss of ``preset`` (module docstring).
 
@@ -118,6 +119,8 @@ def gradient_decomposition(
         buckets: ``"quantile"`` or ``"fixed"``.
         ref_logprobs: (B, T) reference-policy log-probs of the batch tokens; required when ``preset.kl_coef > 0``.
         micro_batch_size: rows per forward/backward pass.
+        temperature: the rollout's sampling temperature; log-probs and entropies use ``softmax(logits / T)``, as
+            in the update.
     """
     _check_inputs(batch, advantages, spreads, preset, ref_logprobs, micro_batch_size)
     params = [p for p in policy.model.parameters() if p.requires_grad]
@@ -128,7 +131,8 @@ def gradient_decomposition(
         for name, rows in {"all": torch.arange(batch.num_rows), **by_spread}.items():
             ref = None if ref_logprobs is None else ref_logprobs[rows]
             bucket = _Bucket(batch.select(rows), advantages[rows], ref, spreads[rows])
-            out.update(_bucket_norms(policy, params, bucket, preset, micro_batch_size, prefix=f"grad/{name}"))
+            passes = (micro_batch_size, temperature)
+            out.update(_bucket_norms(policy, params, bucket, preset, passes, prefix=f"grad/{name}"))
     finally:
         for p, grad in zip(params, saved, strict=True):
             p.grad = grad
@@ -151,21 +155,23 @@ class _Bucket:
         return float(self.spreads[first].double().mean())
 
 
-def _bucket_norms(policy, params, bucket: _Bucket, preset, micro_batch_size: int, *, prefix: str):
+def _bucket_norms(policy, params, bucket: _Bucket, preset, passes: tuple[int, float], *, prefix: str):
+    """``passes`` = (micro-batch size, sampling temperature) of the forward passes."""
     samples = int(bucket.batch.episode_ids.unique().numel())
     tokens = bucket.batch.num_response_tokens
     out = {f"{prefix}/samples": float(samples), f"{prefix}/spread_mean": bucket.spread_mean()}
     for component in COMPONENTS:
         coef = {"task": 1.0, "entropy": preset.entropy_coef, "kl": preset.kl_coef}[component]
-        norm = 0.0 if coef == 0.0 else _component_norm(policy, params, bucket, preset, component, micro_batch_size)
+        norm = 0.0 if coef == 0.0 else _component_norm(policy, params, bucket, preset, component, passes)
         out[f"{prefix}/{component}/norm"] = norm
         out[f"{prefix}/{component}/norm_per_sample"] = norm / max(samples, 1)
         out[f"{prefix}/{component}/norm_per_token"] = norm / max(tokens, 1)
     return out
 
 
-def _component_norm(policy, params, bucket: _Bucket, preset, component: str, micro_batch_size: int) -> float:
+def _component_norm(policy, params, bucket: _Bucket, preset, component: str, passes: tuple[int, float]) -> float:
     """L2 norm of the gradient of one component over the bucket, accumulated over micro-batches."""
+    micro_batch_size, temperature = passes
     batch = bucket.batch
     normaliser = aggregation_normaliser(batch.response_mask, preset.agg)  # the whole bucket's, in every pass
     for p in params:
@@ -174,7 +180,10 @@ def _component_norm(policy, params, bucket: _Bucket, preset, component: str, mic
         rows = torch.arange(start, min(start + micro_batch_size, batch.num_rows))
         length = int(batch.attention_mask[rows].sum(1).max())  # right-padded: trim the common padding
         logp, entropy = policy.token_logprobs(
-            batch.input_ids[rows, :length], batch.attention_mask[rows, :length], with_entropy=component == "entropy"
+            batch.input_ids[rows, :length],
+            batch.attention_mask[rows, :length],
+            with_entropy=component == "entropy",
+            temperature=temperature,
         )
         mask = batch.response_mask[rows, :length].to(logp.device)
         device = logp.device

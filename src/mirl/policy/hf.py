@@ -4,6 +4,9 @@ Everything is token ids in, token ids out. Generation is a batched sampling loop
 ``model.generate``, because the rollout needs the exact log-prob of every sampled token, stop strings checked on
 the decoded tail, and a seeded local generator:
 
+- identical prompts (the K samples of a group) are prefilled once and their cache rows repeated; inside
+  :meth:`HFPolicy.prefix_cache` a prompt that extends an earlier finished row encodes only its new tokens
+  (:mod:`mirl.policy.kv`); set ``prefix_sharing = False`` to encode every prompt in full;
 - prompts are left-padded; position ids count real tokens only (``cumsum(mask) - 1``), so a prompt gets the same
   positions whatever else is in the batch; finished rows are dropped from the KV cache and stop costing compute;
 - one uniform per row per step, a function of (``sampling.seed``, step, row index) drawn from a local CPU generator,
@@ -12,15 +15,24 @@ the decoded tail, and a seeded local generator:
 - ``logprobs[t] = log_softmax(logits / temperature)[token]`` in float32, before top-p truncation (temperature 0
   means greedy decoding, and its log-probs are then taken at temperature 1);
 - a reply ends at the end-of-turn / eos token (included in ``token_ids``, finish reason ``"eos"``), at the token that
-  completes a stop string (included, nothing is cut, ``"stop"``) or after ``max_new_tokens`` (``"length"``).
+  completes a stop string (included, nothing is cut, ``"stop"``) or after ``max_new_tokens`` tokens, or when the
+  row's prompt + reply reaches ``sampling.max_total_tokens`` or the model's maximum positions (``"length"``); a
+  prompt that leaves no room for one token is refused.
+
+Training log-probs (:meth:`HFPolicy.token_logprobs`) take the sampling temperature and use
+``log_softmax(logits / temperature)``, the distribution the rollout sampled from, so the update optimises the policy
+that sampled (as veRL's actor does); :meth:`HFPolicy.score` (cross-scoring for the diagnostics) stays at
+temperature 1, its documented definition.
 
 Logits are ``lm_head(last_hidden_state)`` (with Gemma-2 style final soft-capping when the config sets it), computed
 in chunks of positions so the (rows, positions, V) tensor never exceeds ``max_logit_elements``. With gradient
-enabled each chunk is checkpointed, so the backward pass also keeps only one chunk of logits alive.
+enabled each chunk is checkpointed, so the backward pass also keeps only one chunk of logits alive; with
+``activation_checkpointing`` the decoder layers are checkpointed too (:mod:`mirl.policy.checkpointing`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable, Sequence
 
@@ -29,6 +41,10 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 from transformers import DynamicCache
 
+from mirl.policy.checkpointing import checkpointed_layers
+from mirl.policy.kv import PrefixStore, assemble, reusable, rows_kv
+from mirl.policy.packing import pack, packed_inputs
+from mirl.policy.sampling import check_sampling, end_of_turn_ids, ends_with_stop, step_uniforms
 from mirl.policy.sources import load_model_and_tokenizer, resolve_device, resolve_dtype
 from mirl.types import Generation, SamplingParams
 
@@ -66,6 +82,20 @@ class HFPolicy:
         self.stop_token_ids = frozenset(int(i) for i in ids)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.pad_token_id = int(pad) if pad is not None else 0
+        positions = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
+        # the longest sequence the model can encode (prompt + reply); None when the config does not say
+        self.max_positions = int(positions) if positions else None
+        # encode identical prompts once and, inside prefix_cache(), extend stored caches (mirl.policy.kv)
+        self.prefix_sharing = True
+        self.prefix_cache_bytes = 2**30  # stored caches of one rollout at most
+        self._store: PrefixStore | None = None
+        # scoring: pack continuations unpadded into rows of at most max_packed_tokens (mirl.policy.packing)
+        self.pack_scoring = True
+        self.max_packed_tokens = 512
+        # training log-probs with gradient recompute each decoder layer in backward (mirl.policy.checkpointing)
+        self.activation_checkpointing = False
+        # prompt tokens given to generate and tokens actually encoded by its prefill (padding excluded)
+        self.prefill_tokens = {"prompt": 0, "encoded": 0}
 
     # ------------------------------------------------------------------ construction and persistence
 
@@ -115,8 +145,10 @@ class HFPolicy:
         cap = getattr(self.model.config, "final_logit_softcapping", None)
         return torch.tanh(logits / cap) * cap if cap else logits
 
-    def _chunk_logprobs(self, hidden: torch.Tensor, targets: torch.Tensor, with_entropy: bool):
+    def _chunk_logprobs(self, hidden: torch.Tensor, targets: torch.Tensor, with_entropy: bool, temperature: float):
         logits = self._head(hidden)  # (B, C, V)
+        if temperature != 1.0:
+            logits = logits / temperature  # the distribution the rollout sampled from
         log_z = logits.logsumexp(-1)  # (B, C)
         logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_z  # (B, C)
         if not with_entropy:
@@ -125,14 +157,14 @@ class HFPolicy:
         entropy = log_z - (logits.softmax(-1) * logits).sum(-1)  # (B, C)
         return logp, entropy
 
-    def _logprobs_from_hidden(self, hidden, targets, *, with_entropy=False, chunk=None):
-        """log p(targets[:, t]) under the logits of ``hidden[:, t]``, chunked over t; (B, T) each."""
+    def _logprobs_from_hidden(self, hidden, targets, *, with_entropy=False, chunk=None, temperature=1.0):
+        """log p(targets[:, t]) under ``logits(hidden[:, t]) / temperature``, chunked over t; (B, T) each."""
         rows, length = targets.shape
         vocab = self.model.get_output_embeddings().weight.shape[0]
         chunk = chunk or max(1, self.max_logit_elements // max(1, rows * vocab))
         pieces = []
         for start in range(0, length, chunk):
-            args = (hidden[:, start : start + chunk], targets[:, start : start + chunk], with_entropy)
+            args = (hidden[:, start : start + chunk], targets[:, start : start + chunk], with_entropy, temperature)
             if torch.is_grad_enabled() and hidden.requires_grad:
                 pieces.append(checkpoint(self._chunk_logprobs, *args, use_reentrant=False))
             else:
@@ -150,14 +182,22 @@ class HFPolicy:
         *,
         with_entropy: bool = False,
         chunk: int | None = None,
+        temperature: float = 1.0,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Per-token log-probs (and entropies) of a padded batch, with gradient.
 
-        ``logp[:, t] = log p(ids[t] | ids[<t])`` and ``entropy[:, t] = H(p(. | ids[<t]))``. Column 0, positions
-        where ``attention_mask`` is False and a left-padded row's first real token have no context and hold 0.
-        Positions are ``cumsum(mask) - 1``, so left and right padding both work. ``chunk`` = positions per
+        ``logp[:, t] = log p_T(ids[t] | ids[<t])`` and ``entropy[:, t] = H(p_T(. | ids[<t]))`` with
+        ``p_T = softmax(logits / temperature)``: pass the rollout's sampling temperature so the policy being
+        optimised is the one that sampled (the PPO ratio at the first update is then exactly 1). Column 0,
+        positions where ``attention_mask`` is False and a left-padded row's first real token have no context and
+        hold 0. Positions are ``cumsum(mask) - 1``, so left and right padding both work. ``chunk`` = positions per
         log-softmax chunk (None: from ``max_logit_elements``). Call it inside the trainer's autocast/grad context.
         """
+        if not temperature > 0:
+            raise ValueError(
+                f"temperature must be > 0 (the sampling temperature of the rollout), got {temperature}; greedy "
+                "replies (temperature 0) carry log-probs at temperature 1, so pass temperature=1.0 for them"
+            )
         if input_ids.dim() != 2 or input_ids.shape != attention_mask.shape:
             raise ValueError(
                 f"input_ids and attention_mask must both be (B, T), got {tuple(input_ids.shape)} and "
@@ -166,9 +206,10 @@ class HFPolicy:
         input_ids = input_ids.to(self.device)
         mask = attention_mask.to(self.device).bool()  # (B, T)
         positions = (mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, T)
-        hidden = self._backbone(input_ids, mask.long(), positions)  # (B, T, H)
+        with checkpointed_layers(self.model, self.activation_checkpointing and torch.is_grad_enabled()):
+            hidden = self._backbone(input_ids, mask.long(), positions)  # (B, T, H)
         logp, entropy = self._logprobs_from_hidden(
-            hidden[:, :-1], input_ids[:, 1:], with_entropy=with_entropy, chunk=chunk
+            hidden[:, :-1], input_ids[:, 1:], with_entropy=with_entropy, chunk=chunk, temperature=float(temperature)
         )
         # a token counts when it and its predecessor are real: column 0 and a left-padded row's first token do not
         counted = mask & F.pad(mask[:, :-1], (1, 0), value=False)  # (B, T)
@@ -183,8 +224,11 @@ class HFPolicy:
     def score(self, prefixes: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]) -> list[torch.Tensor]:
         """Teacher-forced log p(continuations[i][t] | prefixes[i], continuations[i][:t]), float32 on CPU.
 
-        Identical prefixes (same id tuple) are encoded once; their KV cache is expanded over micro-batches of the
-        continuations that follow them (right-padded, longest first, at most ``max_batch_tokens`` per pass).
+        Identical prefixes (same id tuple) are encoded once and their KV cache serves every continuation that
+        follows them; an identical (prefix, continuation) cell is scored once and its result shared. With SDPA or
+        eager attention the continuations are packed end to end, unpadded, in rows of at most ``max_packed_tokens``
+        (:mod:`mirl.policy.packing`), so a pass computes real tokens only; otherwise (and with ``pack_scoring =
+        False``) they go in right-padded micro-batches (longest first, at most ``max_batch_tokens`` per pass).
         """
         if len(prefixes) != len(continuations):
             raise ValueError(f"score needs one prefix per continuation, got {len(prefixes)} and {len(continuations)}")
@@ -194,13 +238,24 @@ class HFPolicy:
                 raise ValueError(f"prefixes[{i}] is empty; score needs at least one context token")
             groups.setdefault(tuple(int(t) for t in prefix), []).append(i)
         results: list[torch.Tensor] = [torch.zeros(0)] * len(prefixes)
+        packed = self.pack_scoring and getattr(self.model.config, "_attn_implementation", None) in ("sdpa", "eager")
+        score_batch = self._score_packed if packed else self._score_batch
         for prefix, rows in groups.items():
             kv, last_hidden = self._encode_prefix(prefix)
-            rows = sorted((i for i in rows if len(continuations[i]) > 0), key=lambda i: -len(continuations[i]))
-            for batch in self._micro_batches(rows, continuations, len(prefix)):
-                conts = [continuations[i] for i in batch]
-                for i, logp in zip(batch, self._score_batch(kv, last_hidden, conts), strict=True):
-                    results[i] = logp
+            copies: dict[tuple[int, ...], list[int]] = {}  # identical cells are scored once
+            for i in rows:
+                if len(continuations[i]) > 0:
+                    copies.setdefault(tuple(int(t) for t in continuations[i]), []).append(i)
+            conts = sorted(copies, key=len, reverse=True)
+            if packed:
+                capacity = max(1, min(self.max_packed_tokens, self.max_batch_tokens - len(prefix)))
+                batches = pack([len(c) for c in conts], capacity)
+            else:
+                batches = self._micro_batches(list(range(len(conts))), conts, len(prefix))
+            for batch in batches:
+                for j, logp in zip(batch, score_batch(kv, last_hidden, [conts[j] for j in batch]), strict=True):
+                    for i in copies[conts[j]]:
+                        results[i] = logp
         return results
 
     def _encode_prefix(self, prefix: tuple[int, ...]):
@@ -241,7 +296,28 @@ class HFPolicy:
         logp, _ = self._logprobs_from_hidden(predictors, ids)  # (n, Lc)
         return [logp[r, : len(cont)].float().cpu() for r, cont in enumerate(conts)]
 
+    def _score_packed(self, kv, last_hidden, conts) -> list[torch.Tensor]:
+        prefix_len = kv[0][0].shape[-2]
+        ids, positions, mask, predictor = packed_inputs(conts, prefix_len, self.dtype, self.device)  # (1, S) ...
+        cache = DynamicCache([(k, v) for k, v in kv], config=self.model.config)
+        hidden = self._backbone(ids, mask, positions, cache)  # (1, S, H)
+        predictors = torch.cat([last_hidden, hidden], dim=1)[:, predictor]  # (1, S, H)
+        logp, _ = self._logprobs_from_hidden(predictors, ids)  # (1, S)
+        return [part.float().cpu() for part in logp[0].split([len(c) for c in conts])]
+
     # ------------------------------------------------------------------ generation
+
+    @contextlib.contextmanager
+    def prefix_cache(self):
+        """Within this block, ``generate`` keeps each finished row's cache and a later prompt that extends a kept
+        sequence encodes only its new tokens (multi-turn reuse, :mod:`mirl.policy.kv`). Use it for one rollout:
+        the caches are dropped on exit, and must not outlive a weight update."""
+        previous = self._store
+        self._store = PrefixStore(self.prefix_cache_bytes) if self.prefix_sharing else None
+        try:
+            yield self._store
+        finally:
+            self._store = previous
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[Generation]:
@@ -253,21 +329,26 @@ class HFPolicy:
                 raise ValueError(f"prompts[{i}] is empty; generate needs at least one context token")
         if not prompts:
             return []
+        limits = [self._reply_limit(i, len(p), sampling) for i, p in enumerate(prompts)]  # tokens per row at most
         rows = len(prompts)
-        ids, mask, positions = self._left_pad(prompts)  # (B, L) each
-        cache = DynamicCache(config=self.model.config)
-        hidden = self._backbone(ids, mask, positions, cache)[:, -1]  # (B, H)
-        next_pos = positions[:, -1] + 1  # (B,)
+        cache, hidden, mask, next_pos = self._prefill(prompts)  # cache of B rows, (B, H), (B, L), (B,)
+        store = self._store if self._store is not None and reusable(cache) else None
         # seed None: one draw from the global generator, so the caller's seeding still decides the samples
         base_seed = int(torch.randint(0, 2**62, ())) if sampling.seed is None else int(sampling.seed)
         out_ids: list[list[int]] = [[] for _ in range(rows)]
         out_logp: list[list[float]] = [[] for _ in range(rows)]
         reasons: list[str | None] = [None] * rows
         active = torch.arange(rows, device=self.device)  # (A,) global row of each cache row
-        for step in range(sampling.max_new_tokens):
+        for step in range(max(limits)):
             uniform = step_uniforms(base_seed, step, rows).to(self.device)  # (B,)
             tokens, logp = sample_tokens(self._head(hidden), uniform[active], sampling.temperature, sampling.top_p)
-            keep = self._record(active.tolist(), tokens.tolist(), logp.tolist(), out_ids, out_logp, reasons, sampling)
+            out = (out_ids, out_logp, reasons, limits)
+            keep = self._record(active.tolist(), tokens.tolist(), logp.tolist(), out, sampling)
+            if store is not None and not all(keep):
+                finished = [a for a, kept in enumerate(keep) if not kept]
+                for a, kv in zip(finished, rows_kv(cache, finished, mask), strict=True):
+                    row = int(active[a])
+                    store.add(tuple(prompts[row]) + tuple(out_ids[row][:-1]), kv)  # the last token was never fed
             if not any(keep):
                 break
             keep_t = torch.tensor(keep, device=self.device)
@@ -282,6 +363,33 @@ class HFPolicy:
             for i, lp, reason in zip(out_ids, out_logp, reasons, strict=True)
         ]
 
+    def _prefill(self, prompts: list[list[int]]):
+        """Encode the prompts: (cache of B rows, last hidden (B, H), mask (B, L), next positions (B,)).
+
+        With ``prefix_sharing`` each distinct prompt is encoded once (its cache rows are then repeated for every
+        copy), and inside :meth:`prefix_cache` a stored prefix of a prompt is not encoded again. Positions count
+        real tokens (``cumsum(mask) - 1`` over stored + new columns), so every token sits where it would without
+        sharing.
+        """
+        keys = [tuple(p) for p in prompts]
+        distinct = list(dict.fromkeys(keys)) if self.prefix_sharing else keys
+        stored = [self._store.take(p) if self._store is not None else None for p in distinct]
+        cache, past = assemble(stored, self.model.config, self.device)  # U rows, past mask (U, S)
+        reused = past.sum(-1).tolist()  # (U,) stored tokens per distinct prompt
+        ids, new_mask, _ = self._left_pad([list(p[n:]) for p, n in zip(distinct, reused, strict=True)])  # (U, N)
+        mask = torch.cat([past, new_mask], dim=1)  # (U, S + N)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (U, S + N)
+        hidden = self._backbone(ids, mask, positions[:, past.shape[1] :], cache)[:, -1]  # (U, H)
+        self.prefill_tokens["prompt"] += sum(len(p) for p in prompts)
+        self.prefill_tokens["encoded"] += int(new_mask.sum())
+        next_pos = positions[:, -1] + 1  # (U,)
+        if len(distinct) < len(keys):
+            index = {p: u for u, p in enumerate(distinct)}
+            rows = torch.tensor([index[k] for k in keys], device=self.device)  # (B,) distinct prompt of each row
+            cache.batch_select_indices(rows)
+            hidden, mask, next_pos = hidden[rows], mask[rows], next_pos[rows]
+        return cache, hidden, mask, next_pos
+
     def _left_pad(self, prompts: list[list[int]]):
         longest = max(len(p) for p in prompts)
         ids = torch.full((len(prompts), longest), self.pad_token_id, dtype=torch.long)  # (B, L)
@@ -292,8 +400,22 @@ class HFPolicy:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, L)
         return ids.to(self.device), mask.to(self.device), positions.to(self.device)
 
-    def _record(self, rows, tokens, logps, out_ids, out_logp, reasons, sampling) -> list[bool]:
+    def _reply_limit(self, index: int, prompt_len: int, sampling: SamplingParams) -> int:
+        """New tokens row ``index`` may sample: min(max_new_tokens, max_total_tokens - L, max_positions - L)."""
+        limit = sampling.max_new_tokens
+        for total in (sampling.max_total_tokens, self.max_positions):
+            if total is not None:
+                limit = min(limit, total - prompt_len)
+        if limit < 1:
+            raise ValueError(
+                f"prompts[{index}] has {prompt_len} tokens, leaving no room for a reply (sampling.max_total_tokens="
+                f"{sampling.max_total_tokens}, model positions {self.max_positions}); shorten the prompt"
+            )
+        return limit
+
+    def _record(self, rows, tokens, logps, out, sampling) -> list[bool]:
         """Append this step's tokens; set finish reasons; return, per active row, whether it continues."""
+        out_ids, out_logp, reasons, limits = out
         keep = []
         for row, token, logp in zip(rows, tokens, logps, strict=True):
             out_ids[row].append(token)
@@ -302,31 +424,10 @@ class HFPolicy:
                 reasons[row] = "eos"
             elif sampling.stop and ends_with_stop(self.tokenizer, out_ids[row], sampling.stop):
                 reasons[row] = "stop"
-            elif len(out_ids[row]) >= sampling.max_new_tokens:
+            elif len(out_ids[row]) >= limits[row]:
                 reasons[row] = "length"
             keep.append(reasons[row] is None)
         return keep
-
-
-def check_sampling(sampling: SamplingParams) -> None:
-    if sampling.max_new_tokens < 1:
-        raise ValueError(f"sampling.max_new_tokens must be >= 1, got {sampling.max_new_tokens}")
-    if sampling.temperature < 0:
-        raise ValueError(f"sampling.temperature must be >= 0 (0 = greedy), got {sampling.temperature}")
-    if not 0.0 < sampling.top_p <= 1.0:
-        raise ValueError(f"sampling.top_p must be in (0, 1], got {sampling.top_p}")
-    if any(not stop for stop in sampling.stop):
-        raise ValueError(f"sampling.stop must hold non-empty strings, got {sampling.stop!r}")
-
-
-def step_uniforms(seed: int, step: int, rows: int) -> torch.Tensor:
-    """The (rows,) uniforms of one decoding step from a CPU generator seeded with ``seed * 1000003 + step``.
-
-    CPU ``torch.rand`` fills in order, so row r's value depends on (seed, step, r) only: never on how many rows
-    the batch has or which of them already finished, and it is the same on every device.
-    """
-    generator = torch.Generator().manual_seed((seed * 1_000_003 + step) % 2**63)
-    return torch.rand(rows, generator=generator)
 
 
 def sample_tokens(logits: torch.Tensor, uniform: torch.Tensor, temperature: float, top_p: float):
@@ -356,41 +457,3 @@ def sample_tokens(logits: torch.Tensor, uniform: torch.Tensor, temperature: floa
     index = index.clamp(max=probs.shape[-1] - 1)
     tokens = (order.gather(-1, index) if order is not None else index).squeeze(-1)  # (A,)
     return tokens, logp_all.gather(-1, tokens[:, None]).squeeze(-1)
-
-
-def ends_with_stop(tokenizer, ids: Sequence[int], stops: Sequence[str]) -> bool:
-    """Whether a stop string occurs in the decoded tail of ``ids`` (checked after every new token).
-
-    A stop string of b bytes completed by the last token starts within the last b tokens (every token decodes to
-    at least one byte), so decoding the last ``b + 3`` tokens suffices; the 3 spare tokens cover a multi-byte
-    character split across tokens and decoders that drop the first token's leading space.
-    """
-    window = max(len(stop.encode()) for stop in stops) + 3
-    tail = tokenizer.decode(list(ids[-window:]), skip_special_tokens=False)
-    return any(stop in tail for stop in stops)
-
-
-def end_of_turn_ids(tokenizer, model=None) -> set[int]:
-    """``tokenizer.eos_token_id``, the model's generation-config eos ids, and the chat template's end-of-turn token.
-
-    The end-of-turn token is the first token after the assistant message in a rendered one-turn chat when that
-    token is special (``<|im_end|>`` in ChatML, ``<|eot_id|>`` in Llama 3, ``<end_of_turn>`` in Gemma).
-    """
-    ids: set[int] = set()
-    if tokenizer.eos_token_id is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if config_eos is not None:
-        ids.update(int(i) for i in ([config_eos] if isinstance(config_eos, int) else config_eos))
-    if getattr(tokenizer, "chat_template", None):
-        marker = "mirl-reply-marker"
-        chat = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": marker}]
-        try:
-            rendered = tokenizer.apply_chat_template(chat, tokenize=False)
-        except Exception:  # a template that rejects this chat says nothing about its end-of-turn token
-            return ids
-        tail = rendered.split(marker, 1)[-1] if marker in rendered else ""
-        first = tokenizer.encode(tail, add_special_tokens=False)[:1]
-        if first and first[0] in set(tokenizer.all_special_ids) | set(tokenizer.added_tokens_decoder):
-            ids.add(int(first[0]))
-    return ids

@@ -5,7 +5,8 @@ spans, collation) is exercised on real token ids.
 
 - ``generate``: for each prompt, in order, the next reply (a list entry, or ``script(decoded_context)``) is
   encoded without special tokens and cut, as a sampler would, after the first token that is eos (``"eos"``),
-  that completes a stop string (``"stop"``) or that reaches ``max_new_tokens`` (``"length"``); a reply that
+  that completes a stop string (``"stop"``) or that reaches ``max_new_tokens`` or ``max_total_tokens`` minus the
+  prompt length (``"length"``); a reply that
   meets none of these is kept whole with ``"stop"``. Every token gets the log-prob ``logprob`` (default log 0.5).
 - ``score``: a deterministic fake log-prob that depends on the prefix and the continuation: with ``s_t`` the sum
   of every id in ``prefix + continuation[: t + 1]``, ``log p_t = -0.1 * (1 + s_t mod 10)`` (so in [-1.0, -0.1]).
@@ -55,10 +56,13 @@ class ScriptedPolicy:
             raise IndexError("ScriptedPolicy ran out of replies; give the script more entries or a callable")
         return self._queue.pop(0)
 
-    def _generation(self, reply: str, sampling: SamplingParams) -> Generation:
+    def _generation(self, reply: str, sampling: SamplingParams, prompt_len: int) -> Generation:
         """Cut ``reply``'s ids as a sampler would: at eos, at a completed stop string, or at the length limit."""
         ids = list(self.tokenizer.encode(reply, add_special_tokens=False))
         finish = "stop"
+        limit = sampling.max_new_tokens
+        if sampling.max_total_tokens is not None:
+            limit = min(limit, sampling.max_total_tokens - prompt_len)
         for end in range(1, len(ids) + 1):
             text = self.tokenizer.decode(ids[:end], skip_special_tokens=False)
             if ids[end - 1] == self.tokenizer.eos_token_id:
@@ -67,7 +71,7 @@ class ScriptedPolicy:
             if any(stop in text for stop in sampling.stop):
                 ids, finish = ids[:end], "stop"
                 break
-            if end == sampling.max_new_tokens:
+            if end >= limit:
                 ids, finish = ids[:end], "length"
                 break
         return Generation(tuple(ids), (self.logprob,) * len(ids), finish)
@@ -76,7 +80,7 @@ class ScriptedPolicy:
         """One scripted reply per prompt, in prompt order."""
         self.calls.append([tuple(prompt) for prompt in prompts])
         self.samplings.append(sampling)
-        return [self._generation(self._next_reply(prompt), sampling) for prompt in prompts]
+        return [self._generation(self._next_reply(prompt), sampling, len(prompt)) for prompt in prompts]
 
     def score(self, prefixes: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]) -> list[torch.Tensor]:
         """Fake per-token log-probs ``-0.1 * (1 + running_id_sum mod 10)`` (module docstring).

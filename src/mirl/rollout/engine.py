@@ -18,8 +18,14 @@ Per-turn rules (REFERENCE §7):
   unchanged and the next user message says so.
 - The episode ends when the env terminates or truncates (``end_reason`` "success" when ``info["success"]``,
   else "terminated" / "truncated"), when the budget is spent ("action_budget"), after ``config.max_turns`` turns
-  (1 for single-turn envs; "max_turns"), or when even the current turn alone does not fit in
-  ``config.max_context_tokens`` ("context_length"). ``success`` is ``info["success"]`` of the last executed step.
+  (1 for single-turn envs; "max_turns"), or when even the current turn alone does not fit in the context budget
+  with room for one reply token ("context_length"). ``success`` is ``info["success"]`` of the last executed step.
+
+Context budget: ``limit = min(config.max_context_tokens, policy.max_positions)`` (a warning says when the model's
+positions are the smaller) bounds context + reply. Each generate call carries ``max_total_tokens = limit``; a reply
+stopped there (or longer, from a policy that ignores the bound: it is cut) gets finish reason ``"context"``,
+counted by ``rollout/context_capped_frac``. A user message longer than ``limit`` times the longest token's
+characters (x2) cannot fit and ends the episode before it is tokenized.
 
 Token-in, token-out. A context is ``system ids + first-prompt ids of the first kept turn j`` followed, for each
 later turn, by the sampled ids and the ids of ``bridge(user message) + "<think>"`` (see
@@ -30,11 +36,17 @@ longer than ``config.max_context_tokens``; ``"window"`` starts at the later of t
 for turn i (the window counts the current turn). Without a dropped turn, each full-mode context extends the
 previous context and reply exactly, which is what :func:`~mirl.rollout.collate.collate` relies on.
 
+In full mode the engine runs the rollout inside ``policy.prefix_cache()`` when the policy has one, so each turn
+extends the previous turn's key/value cache instead of encoding the whole history again.
+
 Reproducibility: with ``sampling_seed``, chunk c of turn t samples with :func:`turn_seed` ``(sampling_seed, t, c)``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -62,6 +74,37 @@ def turn_seed(sampling_seed: int, turn: int, chunk: int) -> int:
     """
     state = np.random.SeedSequence([sampling_seed, turn, chunk]).generate_state(1, dtype=np.uint64)
     return int(state[0] >> np.uint64(1))
+
+
+@dataclass(frozen=True)
+class _Budget:
+    """Context + reply tokens at most, and user-message characters beyond which the message cannot fit."""
+
+    tokens: int
+    chars: int
+
+
+def context_budget(policy, tokenizer, config: RolloutConfig) -> _Budget:
+    """``min(max_context_tokens, policy.max_positions)`` tokens, and the matching character bound.
+
+    A token decodes to at most ``longest`` characters (the longest vocabulary entry; byte-level and byte-fallback
+    spellings only overcount), so a text of more than ``tokens * longest`` characters has more than ``tokens``
+    tokens; the factor 2 covers normalisers that shorten text.
+    """
+    tokens = config.max_context_tokens
+    positions = getattr(policy, "max_positions", None)
+    if positions is not None and positions < tokens:
+        warnings.warn(
+            f"rollout.max_context_tokens={tokens} exceeds the model's {positions} positions; contexts and replies "
+            f"are capped at {positions} tokens (set rollout.max_context_tokens<={positions} to silence this)",
+            stacklevel=3,
+        )
+        tokens = positions
+    try:
+        longest = max(len(str(t)) for t in tokenizer.convert_ids_to_tokens(list(range(len(tokenizer)))))
+    except Exception:  # a tokenizer without a listable vocabulary: no character bound
+        return _Budget(tokens, 2**62)
+    return _Budget(tokens, 2 * tokens * max(1, longest))
 
 
 @dataclass
@@ -103,14 +146,31 @@ def run_episodes(
     _validate(specs, group_size, config, sampling_seed)
     tokenizer = policy.tokenizer
     fmt = ChatFormat.from_tokenizer(tokenizer)
+    budget = context_budget(policy, tokenizer, config)
     lives = [_start(spec, p, k, fmt, tokenizer, config) for p, spec in enumerate(specs) for k in range(group_size)]
+    reuse = getattr(policy, "prefix_cache", None) if config.context_mode == "full" else None
+    with reuse() if reuse is not None else contextlib.nullcontext():
+        _play(policy, lives, (fmt, tokenizer, config, budget), sampling_seed, progress)
+    return [_finish(live) for live in lives]
+
+
+run = run_episodes
+
+
+def _play(policy, lives: list[_Live], setting, sampling_seed: int | None, progress: ProgressFn | None) -> None:
+    """The turn loop; ``setting`` = (chat format, tokenizer, rollout config, context budget)."""
+    fmt, tokenizer, config, budget = setting
     for turn in range(config.max_turns):
         active = [live for live in lives if live.end_reason is None]
-        contexts = [_next_context(live, turn, fmt, tokenizer, config) for live in active]
+        contexts = [_next_context(live, turn, fmt, tokenizer, config, budget) for live in active]
         playing = [(live, ctx) for live, ctx in zip(active, contexts, strict=True) if ctx is not None]
         if not playing:
             break
-        generations = _generate(policy, [ctx for _, ctx in playing], turn, config, sampling_seed)
+        generations = _generate(policy, [ctx for _, ctx in playing], turn, config, (sampling_seed, budget.tokens))
+        generations = [
+            _bounded(generation, budget.tokens - len(ctx), config.max_new_tokens)
+            for (_, ctx), generation in zip(playing, generations, strict=True)
+        ]
         texts = [THINK_OPEN + decode(tokenizer, generation.token_ids) for generation in generations]
         replies = [parse_reply(t, live.env.action_words, live.cap) for (live, _), t in zip(playing, texts, strict=True)]
         stepped = _step_all([live for live, _ in playing], replies)
@@ -118,10 +178,6 @@ def run_episodes(
             _record(live, ctx, generations[i], texts[i], replies[i], stepped[i], tokenizer, config)
         if progress is not None:
             progress(turn, len(playing), len(lives))
-    return [_finish(live) for live in lives]
-
-
-run = run_episodes
 
 
 def _validate(specs, group_size: int, config: RolloutConfig, sampling_seed: int | None) -> None:
@@ -163,8 +219,11 @@ def _start(spec: EnvSpec, group: int, sample: int, fmt: ChatFormat, tokenizer, c
     )
 
 
-def _next_context(live: _Live, turn: int, fmt: ChatFormat, tokenizer, config: RolloutConfig):
-    """Write turn ``turn``'s user message and return the context ids, or None if the episode ends here."""
+def _next_context(live: _Live, turn: int, fmt: ChatFormat, tokenizer, config: RolloutConfig, budget: _Budget):
+    """Write turn ``turn``'s user message and return the context ids, or None if the episode ends here.
+
+    The context leaves room for at least one reply token: ``len(context) < budget.tokens``.
+    """
     live.user_texts.append(
         user_message(
             turn=turn + 1,
@@ -176,14 +235,17 @@ def _next_context(live: _Live, turn: int, fmt: ChatFormat, tokenizer, config: Ro
             example=format_example(live.env.action_words) if config.format_example else None,
         )
     )
+    if len(live.user_texts[turn]) > budget.chars:  # cannot fit: never tokenize a huge observation in full
+        live.end_reason = "context_length"
+        return None
     if turn > 0:
         live.bridge_ids[turn] = encode(tokenizer, fmt.bridge_text(live.user_texts[turn]))
     start = live.start if config.context_mode == "full" else max(live.start, turn - config.context_window + 1)
     context = _context(live, start, turn, fmt, tokenizer)
-    while len(context) > config.max_context_tokens and start < turn:
+    while len(context) >= budget.tokens and start < turn:
         start += 1
         context = _context(live, start, turn, fmt, tokenizer)
-    if len(context) > config.max_context_tokens:
+    if len(context) >= budget.tokens:
         live.end_reason = "context_length"
         return None
     if config.context_mode == "full":
@@ -205,8 +267,10 @@ def _context(live: _Live, start: int, turn: int, fmt: ChatFormat, tokenizer) -> 
     return tuple(ids)
 
 
-def _generate(policy, contexts, turn: int, config: RolloutConfig, sampling_seed: int | None) -> list[Generation]:
-    """One generate call per chunk of ``config.generation_batch_size`` contexts."""
+def _generate(policy, contexts, turn: int, config: RolloutConfig, seed_and_limit) -> list[Generation]:
+    """One generate call per chunk of ``config.generation_batch_size`` contexts; ``seed_and_limit`` =
+    (sampling seed or None, context + reply tokens at most)."""
+    sampling_seed, limit = seed_and_limit
     size = config.generation_batch_size
     generations: list[Generation] = []
     for chunk, begin in enumerate(range(0, len(contexts), size)):
@@ -217,6 +281,7 @@ def _generate(policy, contexts, turn: int, config: RolloutConfig, sampling_seed:
             top_p=config.top_p,
             stop=STOP_STRINGS,
             seed=seed,
+            max_total_tokens=limit,
         )
         batch = contexts[begin : begin + size]
         out = policy.generate(batch, sampling)
@@ -224,6 +289,15 @@ def _generate(policy, contexts, turn: int, config: RolloutConfig, sampling_seed:
             raise ValueError(f"policy.generate returned {len(out)} generations for {len(batch)} prompts")
         generations += out
     return generations
+
+
+def _bounded(generation: Generation, room: int, max_new_tokens: int) -> Generation:
+    """The reply within ``room`` tokens (budget minus context), finish reason ``"context"`` when the budget rather
+    than ``max_new_tokens`` stopped it, or cut it (a policy that ignored ``max_total_tokens``)."""
+    if len(generation.token_ids) > room:
+        return Generation(generation.token_ids[:room], generation.logprobs[:room], "context")
+    stopped_by_budget = generation.finish_reason == "length" and len(generation.token_ids) == room < max_new_tokens
+    return dataclasses.replace(generation, finish_reason="context") if stopped_by_budget else generation
 
 
 def _info(info: dict, key: str, env_name: str):

@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from mirl.policy.checkpointing import checkpointed_layers
+
 
 class Critic(nn.Module):
     def __init__(self, causal_lm: nn.Module) -> None:
@@ -20,9 +22,11 @@ class Critic(nn.Module):
         self.head = nn.Linear(hidden, 1, dtype=dtype)
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
+        self.checkpointing = False  # recompute the backbone's layers in backward (mirl.policy.checkpointing)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Values (B, T) with values[:, t] = V(state before token t); values[:, 0] = 0."""
-        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask.long()).last_hidden_state
+        with checkpointed_layers(self.backbone, self.checkpointing and torch.is_grad_enabled()):
+            hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask.long()).last_hidden_state
         state_values = self.head(hidden).squeeze(-1).float()  # (B, T): value after reading token t
         return torch.cat([state_values.new_zeros(state_values.shape[0], 1), state_values[:, :-1]], dim=1)

@@ -185,6 +185,7 @@ def train_on(batch, kept, returns, learner, preset, config: Config, state, seed:
                 buckets=config.diagnostics.gradient_buckets,
                 ref_logprobs=inputs.ref_logprobs,
                 micro_batch_size=config.algorithm.micro_batch_size,
+                temperature=learner.temperature,
             )
     return metrics | update(learner, inputs, preset, config.algorithm, torch.Generator().manual_seed(seed))
 

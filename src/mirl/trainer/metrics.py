@@ -63,6 +63,12 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("rollout/reasoning_tokens_mean", "mean |Z| over turns with a parsed reasoning", "tokens"),
     Metric("rollout/valid_thinking_frac", "turns with a non-empty reasoning Z / all turns", "fraction"),
     Metric("rollout/truncated_frac", "turns that hit max_new_tokens / all turns", "fraction"),
+    Metric(
+        "rollout/context_capped_frac",
+        "turns whose reply was cut at the context budget (min(max_context_tokens, model positions) - context) "
+        "/ all turns",
+        "fraction",
+    ),
     Metric("rollout/episodes", "P * K (after dynamic-sampling refills)", "episodes"),
     Metric("rollout/refill_rounds", "dynamic-sampling rounds used this iteration", "rounds"),
     # filter: SNR-Aware Filtering on the (P, K) returns

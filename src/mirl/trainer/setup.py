@@ -55,20 +55,22 @@ def _lora(model, config: Config):
 
 
 class _Reference:
-    """Log-probs of a frozen copy of the initial policy (or of the LoRA base with adapters off)."""
+    """Log-probs of a frozen copy of the initial policy (or of the LoRA base with adapters off), at the sampling
+    temperature like every other log-prob of the update."""
 
-    def __init__(self, policy, use_adapters: bool) -> None:
+    def __init__(self, policy, use_adapters: bool, temperature: float = 1.0) -> None:
         self.policy = policy
+        self.temperature = temperature
         self.model = None if use_adapters else copy.deepcopy(policy.model).requires_grad_(False).eval()
 
     @torch.no_grad()
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         if self.model is None:
             with self.policy.model.disable_adapter():
-                return self.policy.token_logprobs(input_ids, attention_mask)[0]
+                return self.policy.token_logprobs(input_ids, attention_mask, temperature=self.temperature)[0]
         trained, self.policy.model = self.policy.model, self.model
         try:
-            return self.policy.token_logprobs(input_ids, attention_mask)[0]
+            return self.policy.token_logprobs(input_ids, attention_mask, temperature=self.temperature)[0]
         finally:
             self.policy.model = trained
 
@@ -76,8 +78,7 @@ class _Reference:
 def build_learner(policy, config: Config, preset: AlgorithmPreset) -> Learner:
     if config.model.lora_rank > 0:
         policy.model = _lora(policy.model, config)
-    if config.model.gradient_checkpointing:
-        policy.model.gradient_checkpointing_enable()
+    policy.activation_checkpointing = config.model.gradient_checkpointing  # works in eval mode, unlike HF's switch
     policy.model.eval()
     algo = config.algorithm
     params = [p for p in policy.model.parameters() if p.requires_grad]
@@ -90,8 +91,9 @@ def build_learner(policy, config: Config, preset: AlgorithmPreset) -> Learner:
             lr=algo.critic_lr,
             weight_decay=algo.weight_decay,
         )
-    reference = _Reference(policy, config.model.lora_rank > 0) if preset.kl_coef > 0 else None
-    return Learner(policy, optimizer, critic, critic_optimizer, reference)
+    temperature = config.rollout.temperature
+    reference = _Reference(policy, config.model.lora_rank > 0, temperature) if preset.kl_coef > 0 else None
+    return Learner(policy, optimizer, critic, critic_optimizer, reference, temperature=temperature)
 
 
 def _make_critic(policy, config: Config) -> Critic:
@@ -112,4 +114,6 @@ def _make_critic(policy, config: Config) -> Critic:
         )
     if config.model.lora_rank > 0:
         _lora(causal_lm, config)  # injects adapters in place and freezes the rest
-    return Critic(causal_lm).to(policy.device)
+    critic = Critic(causal_lm).to(policy.device)
+    critic.checkpointing = config.model.gradient_checkpointing
+    return critic

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 
@@ -154,10 +155,11 @@ def advantage_metrics(advantages: torch.Tensor, batch: RolloutBatch) -> dict[str
 
 @torch.no_grad()
 def old_logprobs(learner, batch: RolloutBatch, recompute: bool) -> torch.Tensor:
-    """The sampled log-probs (token-in, token-out makes them exact) or, on request, a fresh forward pass."""
+    """The sampled log-probs (token-in, token-out makes them exact) or, on request, a fresh forward pass at the
+    sampling temperature."""
     if not recompute:
         return batch.old_logprobs
-    return _forward_logprobs(learner.policy.token_logprobs, batch)
+    return _forward_logprobs(functools.partial(learner.policy.token_logprobs, temperature=learner.temperature), batch)
 
 
 @torch.no_grad()
@@ -191,6 +193,7 @@ def rollout_metrics(episodes: list[Episode]) -> dict[str, float]:
         "rollout/reasoning_tokens_mean": sum(reasoning) / max(1, len(reasoning)),
         "rollout/valid_thinking_frac": sum(len(t.reasoning_ids) > 0 for t in turns) / n_turns,
         "rollout/truncated_frac": sum(t.finish_reason == "length" for t in turns) / n_turns,
+        "rollout/context_capped_frac": sum(t.finish_reason == "context" for t in turns) / n_turns,
         "rollout/episodes": float(len(episodes)),
     }
     for env in sorted({e.spec.env for e in episodes}):

@@ -29,11 +29,14 @@ from mirl.types import RolloutBatch
 class Learner:
     """Everything the update changes or reads: the policy, its optimiser, and the optional critic and reference."""
 
-    policy: object  # HFPolicy: .model, .token_logprobs(ids, mask, with_entropy=...)
+    policy: object  # HFPolicy: .model, .token_logprobs(ids, mask, with_entropy=..., temperature=...)
     optimizer: torch.optim.Optimizer
     critic: nn.Module | None = None
     critic_optimizer: torch.optim.Optimizer | None = None
     reference: object | None = None  # callable (ids, mask) -> ref log-probs (B, T), or None when kl_coef = 0
+    # the rollout's sampling temperature: every training, old, reference and entropy log-prob uses
+    # softmax(logits / temperature), the distribution that sampled the tokens
+    temperature: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,9 @@ def _policy_terms(learner, inputs: UpdateInputs, rows, preset: AlgorithmPreset, 
     mask = part.response_mask[:, :length]
     device = learner.policy.device
     ids, attn, mask = ids.to(device), attn.to(device), mask.to(device)
-    logp, entropy = learner.policy.token_logprobs(ids, attn, with_entropy=preset.entropy_coef > 0)
+    logp, entropy = learner.policy.token_logprobs(
+        ids, attn, with_entropy=preset.entropy_coef > 0, temperature=learner.temperature
+    )
     cut = lambda x: x[rows][:, :length].to(device)  # noqa: E731
     ref = cut(inputs.ref_logprobs) if inputs.ref_logprobs is not None else None
     terms, stats = loss_terms(

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from mirl.config import RolloutConfig
 from mirl.policy.hf import end_of_turn_ids, ends_with_stop
 from mirl.rollout.collate import collate
-from mirl.rollout.engine import STOP_STRINGS, _apply, _finish, _next_context, _start
+from mirl.rollout.engine import STOP_STRINGS, _apply, _bounded, _finish, _next_context, _start, context_budget
 from mirl.rollout.prompts import ChatFormat
 from mirl.types import EnvSpec, Episode, Generation, Turn
 
@@ -105,17 +105,19 @@ async def play_episode(
             f"{config.context_mode!r}; set mirl.rollout.context_mode=full"
         )
     fmt = ChatFormat.from_tokenizer(tokenizer)
+    budget = context_budget(None, tokenizer, config)  # the server's model length is veRL's to enforce
     live = _start(spec, group, sample, fmt, tokenizer, config)
     for turn in range(config.max_turns):
         if live.end_reason is not None:
             break
-        context = _next_context(live, turn, fmt, tokenizer, config)
+        context = _next_context(live, turn, fmt, tokenizer, config, budget)
         if context is None:
             break
         if _overflows(live, context, config, response_budget):
             live.end_reason = CONTEXT_LENGTH
             break
-        _apply(live, context, await generate(context), tokenizer, config)
+        reply = _bounded(await generate(context), budget.tokens - len(context), config.max_new_tokens)
+        _apply(live, context, reply, tokenizer, config)
     return _finish(live)
 
 

@@ -1,0 +1,107 @@
+"""Key/value caches reused across prompts: group prefix sharing and multi-turn reuse for :class:`HFPolicy`.
+
+Two savings, both exact up to float rounding (the same tokens at the same positions are encoded, only in a
+different batch):
+
+- **identical prompts are prefilled once.** The K samples of one prompt group send K copies of one context;
+  ``generate`` encodes each distinct prompt once and expands its cache rows to the K rows that sample from it.
+- **a turn extends the previous turn's cache.** In full-history mode a context is the previous context, the
+  previous reply and the next user message. Inside :meth:`HFPolicy.prefix_cache` every finished row's cache
+  (prompt + reply without its last token, which was sampled but never fed) is kept in a :class:`PrefixStore`,
+  and a later prompt that starts with a stored sequence prefills only the tokens after it.
+
+The store only holds the caches of one rollout (the context manager drops them): after an update the weights
+differ and every cached key/value would be stale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from transformers import DynamicCache
+
+KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values of one row, (heads, S, head_dim) each
+
+
+class PrefixStore:
+    """Caches of finished sequences by token ids, oldest dropped first beyond ``max_bytes``.
+
+    ``take(prompt)`` returns (and removes) the longest stored sequence that is a prefix of ``prompt``, cut so at
+    least one prompt token is left to encode (its hidden state predicts the first reply token).
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = int(max_bytes)
+        self.entries: dict[tuple[int, ...], KV] = {}
+        self.bytes = 0
+        self.hits = 0  # prompt tokens whose encoding was reused
+        self.misses = 0  # prompt tokens encoded
+
+    @staticmethod
+    def _size(kv: KV) -> int:
+        return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv)
+
+    def add(self, ids: tuple[int, ...], kv: KV) -> None:
+        if not ids or ids in self.entries:
+            return
+        size = self._size(kv)
+        if size > self.max_bytes:
+            return
+        self.entries[ids] = kv
+        self.bytes += size
+        while self.bytes > self.max_bytes:
+            oldest = next(iter(self.entries))
+            self.bytes -= self._size(self.entries.pop(oldest))
+
+    def take(self, prompt: tuple[int, ...]) -> KV | None:
+        best = None
+        for ids in self.entries:
+            if len(ids) <= len(prompt) and (best is None or len(ids) > len(best)) and prompt[: len(ids)] == ids:
+                best = ids
+        if best is None:
+            return None
+        kv = self.entries.pop(best)
+        self.bytes -= self._size(kv)
+        keep = min(len(best), len(prompt) - 1)
+        return [(k[:, :keep], v[:, :keep]) for k, v in kv] if keep < len(best) else kv
+
+
+def reusable(cache: DynamicCache) -> bool:
+    """Whether every layer is a plain growing cache (rows can be cut out and re-assembled); sliding-window and
+    other special layers are not."""
+    return all(type(layer).__name__ == "DynamicLayer" for layer in cache.layers)
+
+
+def rows_kv(cache: DynamicCache, rows: Sequence[int], mask: torch.Tensor) -> list[KV]:
+    """The real (unpadded) columns of each cache row in ``rows``; ``mask`` (A, S) marks them."""
+    out = []
+    for row in rows:
+        columns = mask[row].bool()  # (S,)
+        out.append([(layer.keys[row][:, columns], layer.values[row][:, columns]) for layer in cache.layers])  # copies
+    return out
+
+
+def assemble(stored: Sequence[KV | None], config, device) -> tuple[DynamicCache, torch.Tensor]:
+    """A cache of ``len(stored)`` rows holding each stored sequence right-aligned (left padding), and its mask.
+
+    Returns the cache and the mask (U, S) with S the longest stored length (0 when nothing is stored).
+    """
+    lengths = [0 if kv is None else kv[0][0].shape[1] for kv in stored]
+    longest = max(lengths)
+    mask = torch.zeros(len(stored), longest, dtype=torch.long, device=device)  # (U, S)
+    if longest == 0:
+        return DynamicCache(config=config), mask
+    template = next(kv for kv in stored if kv is not None)
+    layers = []
+    for layer, (k0, v0) in enumerate(template):
+        keys = k0.new_zeros(len(stored), k0.shape[0], longest, k0.shape[2])  # (U, heads, S, head_dim)
+        values = v0.new_zeros(len(stored), v0.shape[0], longest, v0.shape[2])
+        for row, kv in enumerate(stored):
+            if kv is not None:
+                keys[row, :, longest - lengths[row] :] = kv[layer][0]
+                values[row, :, longest - lengths[row] :] = kv[layer][1]
+        layers.append((keys, values))
+    for row, length in enumerate(lengths):
+        mask[row, longest - length :] = 1
+    return DynamicCache(layers, config=config), mask

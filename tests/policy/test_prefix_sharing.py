@@ -1,0 +1,95 @@
+"""Group prefix sharing and multi-turn cache reuse change what is computed, never what is sampled."""
+
+import pytest
+import torch
+
+from mirl.config import RolloutConfig
+from mirl.policy.kv import PrefixStore
+from mirl.policy.tiny import tiny_policy
+from mirl.rollout import run_episodes
+from mirl.types import EnvSpec, SamplingParams
+
+
+@pytest.fixture(scope="module")
+def policy():
+    return tiny_policy(seed=5)
+
+
+def _generate(policy, prompts, sharing: bool, **sampling):
+    policy.prefix_sharing = sharing
+    try:
+        params = SamplingParams(max_new_tokens=20, stop=(), seed=3, temperature=0.8, top_p=0.9, **sampling)
+        return policy.generate(prompts, params)
+    finally:
+        policy.prefix_sharing = True
+
+
+def _assert_same(with_sharing, without):
+    assert [g.token_ids for g in with_sharing] == [g.token_ids for g in without]
+    assert [g.finish_reason for g in with_sharing] == [g.finish_reason for g in without]
+    for a, b in zip(with_sharing, without, strict=True):
+        torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), rtol=0, atol=1e-5)
+
+
+def test_identical_prompts_are_encoded_once_and_sample_as_before(policy):
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randint(3, 200, (n,), generator=g).tolist() for n in (30, 11))
+    prompts = [a, a, b, a, b, a]  # two groups, interleaved, of different lengths (left padding)
+    before = dict(policy.prefill_tokens)
+    shared = _generate(policy, prompts, True)
+    encoded = policy.prefill_tokens["encoded"] - before["encoded"]
+    assert encoded == 30 + 11  # each distinct prompt once, not 4 * 30 + 2 * 11
+    _assert_same(shared, _generate(policy, prompts, False))
+
+
+def test_a_stored_turn_is_extended_not_encoded_again(policy):
+    prompt = list(range(3, 40))
+    with policy.prefix_cache() as store:
+        first = policy.generate([prompt, prompt], SamplingParams(max_new_tokens=8, stop=(), seed=1))
+        assert len(store.entries) == 2  # each row: prompt + reply without its last (never fed) token
+        follow = [prompt + list(gen.token_ids) + [5, 6, 7] for gen in first]
+        before = policy.prefill_tokens["encoded"]
+        reused = policy.generate(follow, SamplingParams(max_new_tokens=8, stop=(), seed=2))
+        assert policy.prefill_tokens["encoded"] - before == 2 * 4  # the last reply token and the 3 new ones
+    assert policy._store is None  # the caches do not outlive the block
+    plain = policy.generate(follow, SamplingParams(max_new_tokens=8, stop=(), seed=2))  # no store: full prefill
+    _assert_same(reused, plain)
+
+
+@pytest.mark.parametrize("context_mode", ["full", "window"])
+def test_rollouts_with_and_without_sharing_are_identical(policy, context_mode):
+    config = RolloutConfig(max_turns=3, max_new_tokens=16, temperature=0.9, top_p=0.95, context_mode=context_mode)
+    specs = [EnvSpec("frozenlake", 0), EnvSpec("frozenlake", 1)]
+    runs, encoded = [], []
+    for sharing in (True, False):
+        policy.prefix_sharing = sharing
+        before = policy.prefill_tokens["encoded"]
+        runs.append(run_episodes(policy, specs, 3, config, sampling_seed=7))
+        encoded.append(policy.prefill_tokens["encoded"] - before)
+    policy.prefix_sharing = True
+    shared, plain = runs
+    assert sum(e.num_turns for e in shared) > len(shared)  # several turns were played
+    for a, b in zip(shared, plain, strict=True):
+        assert [t.context_ids for t in a.turns] == [t.context_ids for t in b.turns]
+        assert [t.response_ids for t in a.turns] == [t.response_ids for t in b.turns]
+        for ta, tb in zip(a.turns, b.turns, strict=True):
+            torch.testing.assert_close(
+                torch.tensor(ta.response_logprobs), torch.tensor(tb.response_logprobs), rtol=0, atol=1e-5
+            )
+    assert encoded[0] < encoded[1] / (3 if context_mode == "full" else 1.1)  # window: turn 0 only
+
+
+def test_store_takes_the_longest_prefix_and_keeps_one_token_to_encode():
+    kv = lambda n: [(torch.zeros(2, n, 4), torch.zeros(2, n, 4))]  # noqa: E731
+    store = PrefixStore(max_bytes=10**6)
+    store.add((1, 2), kv(2))
+    store.add((1, 2, 3, 4), kv(4))
+    store.add((9,), kv(1))
+    taken = store.take((1, 2, 3, 4))  # the whole prompt is stored: all but its last token are reused
+    assert taken[0][0].shape[1] == 3 and (1, 2, 3, 4) not in store.entries
+    assert store.take((1, 2, 5))[0][0].shape[1] == 2
+    assert store.take((7, 7)) is None
+    small = PrefixStore(max_bytes=150)
+    small.add((1,), kv(1))  # 2 tensors x 8 floats x 4 bytes = 64 bytes
+    small.add((2,), kv(2))  # 128 more bytes: over budget, the oldest entry goes
+    assert list(small.entries) == [(2,)]

@@ -1,0 +1,48 @@
+"""No second copy of the model unless the KL penalty needs one: a full copy for kl_coef > 0, the LoRA base (adapters
+disabled) under LoRA, nothing at kl_coef = 0."""
+
+import pytest
+import torch
+
+from mirl.algorithms import get_preset
+from mirl.config import Config, ModelConfig
+from mirl.policy.tiny import tiny_policy
+from mirl.trainer.setup import build_learner
+
+
+def _storages(module) -> set[int]:
+    return {p.untyped_storage().data_ptr() for p in module.parameters()}
+
+
+def test_no_reference_model_at_kl_zero():
+    policy = tiny_policy(seed=1)
+    learner = build_learner(policy, Config(), get_preset("grpo", kl_coef=0.0))
+    assert learner.reference is None
+
+
+def test_full_copy_only_when_kl_is_on():
+    policy = tiny_policy(seed=1)
+    learner = build_learner(policy, Config(), get_preset("grpo", kl_coef=0.05))
+    reference = learner.reference.model
+    assert not _storages(reference) & _storages(policy.model)  # a frozen copy, not the trained weights
+    assert not any(p.requires_grad for p in reference.parameters())
+
+
+def test_lora_reference_is_the_base_with_adapters_disabled():
+    pytest.importorskip("peft")
+    policy = tiny_policy(seed=1)
+    config = Config(model=ModelConfig(lora_rank=4))
+    learner = build_learner(policy, config, get_preset("grpo", kl_coef=0.05))
+    assert learner.reference.model is None  # no copy: the trained model with its adapters off
+    ids = torch.randint(3, 200, (2, 9), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids, dtype=torch.bool)
+    with torch.no_grad():
+        for name, p in policy.model.named_parameters():
+            if "lora_B" in name:
+                p.add_(0.5)  # make the adapters matter
+        adapted, _ = policy.token_logprobs(ids, mask)
+        with policy.model.disable_adapter():
+            base, _ = policy.token_logprobs(ids, mask)
+    reference = learner.reference(ids, mask)
+    assert not torch.allclose(adapted, base)
+    torch.testing.assert_close(reference, base, rtol=0, atol=0)
