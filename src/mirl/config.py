@@ -325,7 +325,9 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tu
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"config file {str(path)!r} does not exist; see configs/ for the presets")
-        sources.append((OmegaConf.load(path), str(path)))
+        from mirl.safeio import read_yaml  # size- and node-limited: a run's config.yaml may come from anyone
+
+        sources.append((OmegaConf.create(read_yaml(path) or {}), str(path)))
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override {item!r} is not key=value; write e.g. rollout.group_size=8")

@@ -33,7 +33,13 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
-    return int(args.func(args) or 0)
+    from mirl.safeio import RunDirError
+
+    try:
+        return int(args.func(args) or 0)
+    except RunDirError as error:  # a refused run directory or output path: one line, no traceback
+        print(f"mirl {args.command}: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
