@@ -73,6 +73,7 @@ def run_directory(config: Config) -> Path:
 
 def prepare(run_dir: Path, config: Config, resume: bool) -> None:
     """Create (or reopen) the run directory: refuse planted links, clear debris of killed writes, save the config."""
+    check_outputs(run_dir)
     metrics = run_dir / "metrics.jsonl"
     if not resume and (metrics.exists() or metrics.is_symlink()):
         raise FileExistsError(
@@ -80,7 +81,6 @@ def prepare(run_dir: Path, config: Config, resume: bool) -> None:
             "or choose another trainer.name"
         )
     run_dir.mkdir(parents=True, exist_ok=True)
-    check_outputs(run_dir)
     clean_leftovers(run_dir)
     remove_incomplete(run_dir / "checkpoints")
     ensure_dir(run_dir / "rollouts")

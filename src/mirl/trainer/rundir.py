@@ -20,12 +20,14 @@ __all__ = ["RunSummary", "append_jsonl", "atomic_write_text", "check_outputs", "
 
 
 ROLLOUT_FILE = re.compile(r"iteration_(\d{6,})\.jsonl\Z")
-OUTPUTS = ("config.yaml", "metrics.jsonl", "groups.jsonl", "summary.json", "report.html")
+OUTPUTS = ("config.yaml", "metrics.jsonl", "groups.jsonl", "summary.json")  # read back or appended on resume
 OUTPUT_DIRS = ("rollouts", "checkpoints", "tb", "report")
 
 
 def check_outputs(run_dir: Path) -> None:
-    """Refuse a run directory where a symbolic link sits at a path mirl writes (before any work is done)."""
+    """Refuse a run directory where a symbolic link sits at a file mirl appends to or reads back on resume, or
+    at a folder it writes into (before any work is done). Other outputs (``report.html``, files inside the
+    folders) are written by rename, which replaces a planted link."""
     for name in OUTPUTS + OUTPUT_DIRS:
         if (run_dir / name).is_symlink():
             raise RunDirError(
