@@ -176,3 +176,14 @@ def test_a_yaml_alias_bomb_is_refused_within_a_small_memory_budget(tmp_path, cap
     assert "once aliases are expanded" in str(error.value) and peak < 5, peak
     assert main(["train", "--resume", str(run)]) == 2
     assert "YAML nodes" in _one_line_error(capsys, "train")
+
+
+def test_a_pickled_object_in_model_weights_is_refused_and_never_runs(tmp_path, formatted_policy, capsys):
+    """A model directory is read like a run directory: a .bin holding a pickled object is refused, not run."""
+    model = tmp_path / "model"
+    formatted_policy.save(model)
+    (model / "model.safetensors").unlink()
+    marker = tmp_path / "code-ran"
+    torch.save({**formatted_policy.model.state_dict(), "extra": Payload(marker)}, model / "pytorch_model.bin")
+    assert main(["eval", str(model), "envs=[{name: bandit}]", "validation.num_instances=1"]) == 2
+    assert "refusing to load the weights" in _one_line_error(capsys, "eval") and not marker.exists()
