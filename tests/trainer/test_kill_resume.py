@@ -147,6 +147,7 @@ class _Forked:
         self.pid = os.fork()
         if self.pid == 0:  # the child: output to its log, any exception is a failed attempt
             code = 3
+            torch.set_num_threads(1)  # the parent's OpenMP threads are gone: a parallel region would hang
             try:
                 descriptor = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
                 os.dup2(descriptor, 1)
