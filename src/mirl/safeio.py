@@ -136,8 +136,9 @@ def remove_stale_tmp(directory: Path) -> list[Path]:
 # ------------------------------------------------------------------------------------------------------ reads
 
 
-def read_bytes(path: str | os.PathLike, limit: int) -> bytes:
-    """The bytes of regular file ``path``; :class:`RunDirError` when it is larger than ``limit`` or not a file."""
+def open_regular(path: str | os.PathLike):
+    """``path`` opened for binary reading; :class:`RunDirError` unless it is a regular file (a FIFO or a device
+    planted in a run directory would block or never end)."""
     path = Path(path)
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
@@ -145,9 +146,16 @@ def read_bytes(path: str | os.PathLike, limit: int) -> bytes:
         raise
     except OSError as error:
         raise RunDirError(f"cannot read {path}: {error.strerror}") from None
-    with os.fdopen(descriptor, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise RunDirError(f"{path} is not a regular file; mirl reads only plain files from a run directory")
+    handle = os.fdopen(descriptor, "rb")
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        handle.close()
+        raise RunDirError(f"{path} is not a regular file; mirl reads only plain files from a run directory")
+    return handle
+
+
+def read_bytes(path: str | os.PathLike, limit: int) -> bytes:
+    """The bytes of regular file ``path``; :class:`RunDirError` when it is larger than ``limit`` or not a file."""
+    with open_regular(path) as handle:
         data = handle.read(limit + 1)
     if len(data) > limit:
         raise RunDirError(f"{path} is larger than {limit} bytes; refusing to read it (is it really mirl's?)")
@@ -246,7 +254,7 @@ def iter_jsonl(path: str | os.PathLike, max_line_bytes: int = MAX_LINE_BYTES) ->
     """``(line number, value, problem)`` for every non-blank line: ``problem`` is ``""`` for a JSON object and
     otherwise says why the line is unusable (then ``value`` is None). An unparsable last line without its
     newline is ``"torn"``: a write that was cut off."""
-    with open(path, "rb") as handle:
+    with open_regular(path) as handle:
         number = 0
         while True:
             raw = handle.readline(max_line_bytes + 1)

@@ -179,3 +179,21 @@ def test_leftovers_of_killed_writes_are_removed(run, resume):
     resume(run)
     assert [p for p in debris if p.exists()] == [] and keep.exists()
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["iteration_000001", "iteration_000002"]
+
+
+def test_a_fifo_planted_at_a_log_is_refused_not_waited_on(tmp_path):
+    """Reading a FIFO blocks until someone writes to it: resume would hang instead of saying what is wrong."""
+    import os
+    import signal
+
+    from mirl.safeio import RunDirError
+    from mirl.trainer.rundir import repair_jsonl
+
+    os.mkfifo(tmp_path / "groups.jsonl")
+    signal.signal(signal.SIGALRM, lambda *_: pytest.fail("the reader waited on the FIFO"))
+    signal.alarm(10)
+    try:
+        with pytest.raises(RunDirError, match="groups.jsonl is not a regular file"):
+            repair_jsonl(tmp_path / "groups.jsonl", 1)
+    finally:
+        signal.alarm(0)
