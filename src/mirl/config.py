@@ -11,7 +11,6 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -414,11 +413,7 @@ def to_yaml(config: Config) -> str:
 
 
 def save_resolved(config: Config, run_dir: str | os.PathLike) -> Path:
-    """Write ``config.yaml`` into ``run_dir`` atomically (write a temporary file, then rename)."""
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    target = run_dir / "config.yaml"
-    with tempfile.NamedTemporaryFile("w", dir=run_dir, delete=False, suffix=".tmp") as handle:
-        handle.write(to_yaml(config))
-    os.replace(handle.name, target)
-    return target
+    """Write ``config.yaml`` into ``run_dir`` atomically; a link planted there is replaced, never followed."""
+    from mirl.safeio import atomic_write_text, ensure_dir
+
+    return atomic_write_text(ensure_dir(Path(run_dir)) / "config.yaml", to_yaml(config))

@@ -65,3 +65,20 @@ def test_bad_lines_fail_with_the_line_number(tmp_path):
     path.write_text(json.dumps({"schema": 99}) + "\n")
     with pytest.raises(ValueError, match="expected rollout schema 1"):
         read_episodes(path)
+
+
+def test_a_link_planted_at_the_target_is_replaced_not_followed(tmp_path, episodes):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    path = tmp_path / "r.jsonl"
+    path.symlink_to(victim)
+    write_episodes(path, episodes[:1], iteration=0)
+    assert victim.read_text() == "keep me\n" and not path.is_symlink()
+    assert read_episodes(path) == episodes[:1]  # the link's target was neither read nor kept
+
+
+def test_lines_that_are_not_objects_fail_with_the_line_number(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps({"schema": 1}) + "\n[1]\n")
+    with pytest.raises(ValueError, match=r"bad.jsonl:2: .*\(not a JSON object\)"):
+        read_records(path)

@@ -84,7 +84,9 @@ def run_diagnose(args: argparse.Namespace) -> int:
     print_report(report)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        from mirl.safeio import atomic_write_text
+
+        atomic_write_text(args.out, json.dumps(report, indent=2) + "\n")
     return 0
 
 

@@ -115,5 +115,7 @@ def run_eval(args: argparse.Namespace) -> int:
         table.add_row(key, f"{value:.4f}")
     Console().print(table)
     if args.out:
-        Path(args.out).write_text(json.dumps(metrics, indent=2) + "\n")
+        from mirl.safeio import atomic_write_text
+
+        atomic_write_text(Path(args.out), json.dumps(metrics, indent=2) + "\n")
     return 0

@@ -25,6 +25,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
+import pickle
 import re
 import shutil
 import tempfile
@@ -268,5 +269,15 @@ def load_model_and_tokenizer(
     torch_dtype = resolve_dtype(dtype, torch_device)
     tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
     model_kwargs = dict(kwargs, **gguf_model_kwargs()) if "gguf_file" in kwargs else kwargs
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **model_kwargs)
+    try:  # transformers reads a pickled .bin with weights_only=True: tensors only, never code
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **model_kwargs)
+    except pickle.UnpicklingError as error:
+        if "weights only" not in str(error).lower():
+            raise
+        from mirl.safeio import RunDirError
+
+        raise RunDirError(
+            f"refusing to load the weights of {path}: they hold a pickled Python object, which could run code; "
+            "use a model saved as safetensors (or tensors only)"
+        ) from None
     return model.to(torch_device).eval(), tokenizer

@@ -25,6 +25,7 @@ from mirl.report.html import Image, Section, render_page, table
 from mirl.report.overview import banner, overview_section
 from mirl.report.rundir import RunData, read_episodes, read_run
 from mirl.report.transcripts import episode_html, pick_episodes
+from mirl.safeio import atomic_write_bytes, atomic_write_text, ensure_dir
 
 REGIME_KEY = re.compile(r"diag/([^/]+)/(?:([^/]+)/)?regime")
 INTROS = {
@@ -156,19 +157,18 @@ def report_sections(
 
 
 def write_page(out: Path, page: str, sections: Sequence[Section]) -> tuple[Path, ...]:
-    """Write the HTML and every section image as ``<out stem>/<name>.png``; returns the PNG paths."""
-    out.parent.mkdir(parents=True, exist_ok=True)
+    """Write the HTML and every section image as ``<out stem>/<name>.png``; returns the PNG paths.
+
+    Each file goes to a fresh temporary file and is renamed into place (:mod:`mirl.safeio`): a link planted at
+    an output path is replaced, never written through, and a PNG folder that is a link is refused.
+    """
     png_dir = out.parent / out.stem
     images = [image for section in sections for image in section.images]
     if images:
-        png_dir.mkdir(exist_ok=True)
-    paths = []
-    for image in images:
-        path = png_dir / f"{image.name}.png"
-        path.write_bytes(image.png)
-        paths.append(path)
-    out.write_text(page, encoding="utf-8")
-    return tuple(paths)
+        ensure_dir(png_dir)
+    paths = tuple(atomic_write_bytes(png_dir / f"{image.name}.png", image.png) for image in images)
+    atomic_write_text(out, page)
+    return paths
 
 
 def missing_notes(sections: Sequence[Section]) -> tuple[str, ...]:

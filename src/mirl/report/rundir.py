@@ -1,8 +1,9 @@
 """Read a run directory tolerantly: every file may be missing, short, or still being written.
 
 A run directory (DESIGN.md) holds ``config.yaml``, ``metrics.jsonl``, ``groups.jsonl``,
-``rollouts/iteration_NNNNNN.jsonl`` and ``summary.json``. :func:`read_run` never raises for a missing or
-damaged file; it records a human-readable note instead, so the report can say what it could not show. An
+``rollouts/iteration_NNNNNN.jsonl`` and ``summary.json``. Every file is read through :mod:`mirl.safeio`
+(size, line and YAML node limits). :func:`read_run` never raises for a missing, damaged or refused file; it
+records a human-readable note instead, so the report can say what it could not show. An
 unparsable *last* line of a JSONL file is the normal state of a run that is still writing and is dropped
 silently; an unparsable line elsewhere is skipped and noted.
 
@@ -13,7 +14,6 @@ lines (a resumed run re-logging it) the last line wins.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from mirl.safeio import MalformedFileError, RunDirError, iter_jsonl, read_json, read_yaml
 
 ROLLOUT_FILE = re.compile(r"iteration_(\d+)\.jsonl\Z")
 
@@ -90,7 +92,7 @@ class RunData:
 
 
 def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """Objects of a JSONL file and notes on skipped lines; a damaged last line is dropped without a note.
+    """Objects of a JSONL file and notes on skipped lines; a torn last line is dropped without a note.
 
     >>> import tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "m.jsonl"
@@ -100,20 +102,14 @@ def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """
     records: list[dict[str, Any]] = []
     notes: list[str] = []
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            if number < len(lines):
-                notes.append(f"{path.name} line {number}: unparsable JSON, skipped")
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-        else:
-            notes.append(f"{path.name} line {number}: not a JSON object, skipped")
+    try:
+        for number, record, problem in iter_jsonl(path):
+            if not problem:
+                records.append(record)
+            elif problem != "torn":
+                notes.append(f"{path.name} line {number}: {problem}, skipped")
+    except OSError as error:
+        notes.append(f"{path.name} could not be read ({error.strerror}); ignored")
     return records, notes
 
 
@@ -156,33 +152,28 @@ def build_metrics(records: list[dict[str, Any]]) -> Metrics:
 
 
 def _read_json(path: Path, notes: list[str]) -> dict[str, Any]:
-    if not path.is_file():
-        notes.append(f"{path.name} is missing")
-        return {}
-    try:
-        value = json.loads(path.read_text(encoding="utf-8", errors="replace"))
-    except json.JSONDecodeError as error:
-        notes.append(f"{path.name} is not valid JSON ({error.msg}); ignored")
-        return {}
-    if not isinstance(value, dict):
-        notes.append(f"{path.name} does not hold a JSON object; ignored")
-        return {}
-    return value
+    return _read_mapping(path, notes, read_json, "a JSON object")
 
 
 def _read_yaml(path: Path, notes: list[str]) -> dict[str, Any]:
+    return _read_mapping(path, notes, read_yaml, "a mapping")
+
+
+def _read_mapping(path: Path, notes: list[str], reader, kind: str) -> dict[str, Any]:
+    """A size- and node-limited read (:mod:`mirl.safeio`); a refused or damaged file becomes a note."""
     if not path.is_file():
         notes.append(f"{path.name} is missing")
         return {}
-    import yaml
-
     try:
-        value = yaml.safe_load(path.read_text(encoding="utf-8", errors="replace"))
-    except yaml.YAMLError:
-        notes.append(f"{path.name} is not valid YAML; ignored")
+        value = reader(path)
+    except MalformedFileError as error:
+        notes.append(f"{path.name} is not valid {error.fmt}; ignored")
+        return {}
+    except RunDirError as error:
+        notes.append(f"{str(error).replace(str(path), path.name)}; ignored")
         return {}
     if not isinstance(value, dict):
-        notes.append(f"{path.name} does not hold a mapping; ignored")
+        notes.append(f"{path.name} does not hold {kind}; ignored")
         return {}
     return value
 
@@ -248,14 +239,9 @@ def read_run(path: str | Path) -> RunData:
 def read_episodes(path: Path, limit: int = 400) -> list[dict[str, Any]]:
     """The first ``limit`` episode objects of a rollouts file (damaged lines skipped)."""
     episodes = []
-    with path.open(encoding="utf-8", errors="replace") as handle:
-        for line in handle:
-            if len(episodes) >= limit:
-                break
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(record, dict):
-                episodes.append(record)
+    for _, record, problem in iter_jsonl(path):
+        if len(episodes) >= limit:
+            break
+        if not problem:
+            episodes.append(record)
     return episodes

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from mirl.safeio import atomic_write_bytes, iter_jsonl, read_bytes
 from mirl.types import EnvSpec, Episode, Turn
+
+MAX_ROLLOUT_FILE_BYTES = 1 << 30  # a file appended to by write_episodes; one per iteration is far smaller
 
 SCHEMA_VERSION = 1
 _TURN_KEYS = (
@@ -96,38 +98,29 @@ def _turn_from_record(record: dict) -> Turn:
 
 
 def write_episodes(path: str | os.PathLike, episodes: Iterable[Episode], *, iteration: int | None = None) -> Path:
-    """Append ``episodes`` to the JSONL file at ``path`` atomically (module docstring); returns the path."""
+    """Append ``episodes`` to the JSONL file at ``path`` atomically (module docstring); returns the path.
+
+    A symbolic link planted at ``path`` is replaced by the new file, never followed (nor read).
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     lines = "".join(
         json.dumps(episode_to_record(episode, iteration=iteration), ensure_ascii=False) + "\n" for episode in episodes
     )
-    existing = path.read_bytes() if path.exists() else b""
-    descriptor, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(existing + lines.encode("utf-8"))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp_name, path.stat().st_mode & 0o777 if path.exists() else 0o644)
-        os.replace(temp_name, path)
-    except BaseException:
-        Path(temp_name).unlink(missing_ok=True)
-        raise
-    return path
+    existing = b"" if path.is_symlink() or not path.exists() else read_bytes(path, MAX_ROLLOUT_FILE_BYTES)
+    return atomic_write_bytes(path, existing + lines.encode("utf-8"))
 
 
 def read_records(path: str | os.PathLike) -> list[dict]:
-    """The raw JSON objects of a rollout file, one per non-empty line (``iteration`` and ``return`` included)."""
+    """The raw JSON objects of a rollout file, one per non-empty line (``iteration`` and ``return`` included).
+
+    Read one bounded line at a time (:func:`mirl.safeio.iter_jsonl`); a line that is not a JSON object fails
+    with its line number.
+    """
     records = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{path}:{number}: expected one JSON object per line, got {error}") from error
+    for number, record, problem in iter_jsonl(path):
+        if problem:
+            raise ValueError(f"{path}:{number}: expected one JSON object per line ({problem})")
+        records.append(record)
     return records
 
 

@@ -4,19 +4,34 @@ A checkpoint is the directory ``checkpoints/iteration_NNNNNN/`` holding ``state.
 and scheduler states, iteration, RNG states, diagnostics EMA and early-stop state). The rename is the commit: a
 kill during the write leaves only a ``.tmp-*`` directory, which loading ignores and the next save removes, so a
 checkpoint that exists is always complete. Only the last ``keep`` checkpoints are kept.
+
+Loading never unpickles: ``torch.load(..., weights_only=True)`` accepts tensors and plain containers only, so a
+crafted ``state.pt`` holding any other Python object is refused (:class:`CheckpointError`) and nothing in it
+runs. A damaged newest ``state.pt`` (a disk that lost the tail of a file, a copy that was cut short) is skipped
+with a message, and the next older complete checkpoint is used.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import shutil
+import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
 import torch
 
+from mirl.safeio import RunDirError, ensure_dir
+
 _NAME = re.compile(r"iteration_(\d{6,})\Z")
+_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
+
+
+class CheckpointError(RunDirError):
+    """A checkpoint mirl refuses to load: it holds pickled Python objects, or it is damaged with no fallback."""
 
 
 def _fsync_dir(path: Path) -> None:
@@ -28,9 +43,8 @@ def _fsync_dir(path: Path) -> None:
 
 
 def save_checkpoint(directory: Path, iteration: int, state: dict, *, keep: int) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    for stale in directory.glob(".tmp-*"):
-        shutil.rmtree(stale, ignore_errors=True)
+    ensure_dir(directory)
+    remove_incomplete(directory)
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=directory))
     with open(tmp / "state.pt", "wb") as handle:
         torch.save(state, handle)
@@ -38,7 +52,9 @@ def save_checkpoint(directory: Path, iteration: int, state: dict, *, keep: int) 
         os.fsync(handle.fileno())
     _fsync_dir(tmp)
     final = directory / f"iteration_{iteration:06d}"
-    if final.exists():
+    if final.is_symlink():  # a planted link is removed, never followed
+        final.unlink()
+    elif final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
     _fsync_dir(directory)
@@ -47,11 +63,28 @@ def save_checkpoint(directory: Path, iteration: int, state: dict, *, keep: int) 
     return final
 
 
+def remove_incomplete(directory: Path) -> None:
+    """Delete what killed saves leave: ``.tmp-*`` folders and ``iteration_*`` folders without ``state.pt``."""
+    if not directory.is_dir() or directory.is_symlink():
+        return
+    for path in directory.iterdir():
+        if not (path.name.startswith(".tmp-") or _NAME.match(path.name)):
+            continue
+        if path.is_symlink():
+            path.unlink()
+        elif path.is_dir() and (path.name.startswith(".tmp-") or not (path / "state.pt").is_file()):
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def list_checkpoints(directory: Path) -> list[Path]:
-    """Complete checkpoints, oldest first."""
+    """Complete checkpoints (real folders holding ``state.pt``; links are ignored), oldest first."""
     if not directory.is_dir():
         return []
-    found = [p for p in directory.iterdir() if p.is_dir() and _NAME.match(p.name) and (p / "state.pt").is_file()]
+    found = [
+        p
+        for p in directory.iterdir()
+        if _NAME.match(p.name) and not p.is_symlink() and p.is_dir() and (p / "state.pt").is_file()
+    ]
     return sorted(found, key=lambda p: int(_NAME.match(p.name).group(1)))
 
 
@@ -61,7 +94,63 @@ def latest_checkpoint(directory: Path) -> Path | None:
 
 
 def load_checkpoint(path: Path) -> dict:
-    return torch.load(path / "state.pt", map_location="cpu", weights_only=False)
+    """The state saved in checkpoint folder ``path``: tensors and plain containers only, never code.
+
+    Raises :class:`CheckpointError` for a file holding other pickled objects; lets the reader's own error
+    through for a damaged file (see :func:`load_latest`).
+    """
+    try:
+        state = torch.load(path / "state.pt", map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        if "weights only" not in str(error).lower():
+            raise
+        found = _GLOBAL.search(str(error))
+        what = f" ({found.group(1)})" if found else ""
+        raise CheckpointError(
+            f"refusing to load {path / 'state.pt'}: it holds a pickled Python object{what}, which could run code; "
+            "mirl writes only tensors and plain values. Do not use this run directory"
+        ) from None
+    if not isinstance(state, dict):
+        raise CheckpointError(
+            f"{path / 'state.pt'} does not hold a mirl checkpoint (a dict), got {type(state).__name__}"
+        )
+    return state
+
+
+DAMAGED = (RuntimeError, EOFError, OSError, zipfile.BadZipFile, pickle.UnpicklingError)
+
+
+def load_latest(directory: Path) -> tuple[Path, dict] | None:
+    """The newest checkpoint that loads, with its state; damaged newer ones are skipped with a message on
+    stderr. None when there is no checkpoint; :class:`CheckpointError` when every one is damaged."""
+    found = list_checkpoints(directory)
+    damaged = []
+    for path in reversed(found):
+        try:
+            state = load_checkpoint(path)
+        except CheckpointError:
+            raise
+        except DAMAGED as error:
+            damaged.append(path.name)
+            print(
+                f"mirl: {path / 'state.pt'} is damaged ({_first_line(error)}); trying an older checkpoint",
+                file=sys.stderr,
+            )
+            continue
+        if damaged:
+            print(f"mirl: using {path.name} instead of the damaged {', '.join(damaged)}", file=sys.stderr)
+        return path, state
+    if damaged:
+        raise CheckpointError(
+            f"every checkpoint under {directory} is damaged ({', '.join(damaged)}); delete {directory} to start "
+            "the run again from iteration 0"
+        )
+    return None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0][:160]
 
 
 def rng_state() -> dict:

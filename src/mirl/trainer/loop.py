@@ -20,12 +20,13 @@ from mirl.trainer.early_stop import after_selection, after_validation
 from mirl.trainer.run import (
     Timer,
     TrainState,
+    commit,
+    is_due,
     log_groups,
     peak_memory_gb,
     prepare,
     restore,
     run_directory,
-    save,
     save_rollouts,
 )
 from mirl.trainer.rundir import RunSummary
@@ -72,6 +73,7 @@ def train(
         name=run_dir.name,
         model=config.model.name,
         device=str(policy.device),
+        iterations_done=state.iteration,
         iterations_planned=config.trainer.iterations,
     )
     sinks = Sinks(run_dir, config.logging, total=config.trainer.iterations, start=state.iteration, console=console)
@@ -82,7 +84,7 @@ def train(
         while stop_reason is None and state.iteration < config.trainer.iterations:
             state.iteration += 1
             metrics, stop_reason = run_iteration(policy, learner, preset, config, state, run_dir, sinks)
-            sinks.log(state.iteration, metrics)
+            commit(run_dir, config, learner, state, sinks, metrics, stop_reason)
             summary.update(iterations_done=state.iteration)
             if stop_reason:
                 sinks.print(f"[bold red]early stop at iteration {state.iteration}:[/] {stop_reason}")
@@ -106,8 +108,9 @@ def train(
 def run_iteration(
     policy, learner, preset, config: Config, state: TrainState, run_dir: Path, sinks: Sinks | None = None
 ):
-    """One iteration; returns its metrics and a stop reason (or None). ``sinks`` draws the rollout, scoring and
-    validation bars (none without it)."""
+    """One iteration up to its logs; returns its metrics and a stop reason (or None). :func:`commit` writes
+    the metrics line and then the checkpoint. ``sinks`` draws the rollout, scoring and validation bars (none
+    without it)."""
     iteration, seed, timer = state.iteration, iteration_seed(config, state.iteration), Timer()
     P, K = config.rollout.prompts_per_iteration, config.rollout.group_size
     with timer("rollout"), _work(sinks, "rollout", "turns") as progress:
@@ -142,14 +145,11 @@ def run_iteration(
             metrics |= train_on(batch, kept, returns, learner, preset, config, state, seed, timer)
     save_rollouts(run_dir, config, iteration, episodes)
     log_groups(run_dir, iteration, episodes, returns, selection, labels)
-    if _due(iteration, config.validation.every, config):
+    if is_due(iteration, config.validation.every, config):
         with timer("validation"), _work(sinks, "validation", "turns") as progress:
             val = validate(policy, config, progress=progress)
         metrics |= val
         stop = stop or after_validation(state.early_stop, config.trainer.early_stop, success=val["val/success"])
-    if _due(iteration, config.trainer.checkpoint_every, config) or stop:
-        with timer("checkpoint"):
-            save(run_dir, config, learner, state)
     return _with_timing(metrics, timer, episodes, batch, config.algorithm.ppo_epochs), stop
 
 
@@ -193,11 +193,6 @@ def train_on(batch, kept, returns, learner, preset, config: Config, state, seed:
 def _work(sinks: Sinks | None, label: str, unit: str):
     """``sinks.work(label, unit)``, or a block that yields None (no bar) without sinks."""
     return sinks.work(label, unit) if sinks is not None else nullcontext()
-
-
-def _due(iteration: int, every: int, config: Config) -> bool:
-    last = iteration == config.trainer.iterations
-    return every >= 0 and (last or (every > 0 and iteration % every == 0))
 
 
 def _with_timing(metrics: dict, timer: Timer, episodes, batch, epochs: int) -> dict:

@@ -138,8 +138,10 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("time/filter", "wall time of group selection", "s"),
     Metric("time/update", "wall time of advantages and optimiser steps (includes time/gradients)", "s"),
     Metric("time/validation", "wall time of validation", "s"),
-    Metric("time/checkpoint", "wall time of checkpoint writing", "s"),
-    Metric("time/iteration", "wall time of the whole iteration", "s"),
+    Metric(
+        "time/checkpoint", "wall time of the previous checkpoint write (a line is written before its checkpoint)", "s"
+    ),
+    Metric("time/iteration", "wall time of the iteration's stages (its checkpoint write excluded)", "s"),
     Metric("perf/rollout_tokens_per_s", "sampled tokens / time/rollout", "tokens/s"),
     Metric("perf/update_tokens_per_s", "trained tokens (context + response) / time/update", "tokens/s"),
     Metric("perf/peak_memory_gb", "peak resident memory (CPU) or peak allocated (GPU) so far", "GB"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import resource
 import sys
 import time
@@ -11,18 +12,20 @@ from pathlib import Path
 
 import torch
 
-from mirl.config import Config, save_resolved
+from mirl.config import Config, to_yaml
 from mirl.diagnostics.run import DiagnosticsState
-from mirl.rollout import write_episodes
+from mirl.rollout.io import episode_to_record
+from mirl.safeio import append_jsonl, atomic_write_text, ensure_dir
 from mirl.trainer.checkpoint import (
-    latest_checkpoint,
-    load_checkpoint,
+    CheckpointError,
+    load_latest,
+    remove_incomplete,
     rng_state,
     save_checkpoint,
     set_rng_state,
 )
 from mirl.trainer.early_stop import EarlyStopState
-from mirl.trainer.rundir import append_jsonl, truncate_jsonl
+from mirl.trainer.rundir import check_outputs, clean_leftovers, repair_jsonl, repair_rollouts
 from mirl.trainer.update import Learner
 
 
@@ -33,6 +36,7 @@ class TrainState:
     iteration: int = 0
     diagnostics: DiagnosticsState = field(default_factory=DiagnosticsState)
     early_stop: EarlyStopState = field(default_factory=EarlyStopState)
+    checkpoint_seconds: float | None = None  # the last checkpoint write, logged on the next line
 
 
 class Timer:
@@ -68,14 +72,46 @@ def run_directory(config: Config) -> Path:
 
 
 def prepare(run_dir: Path, config: Config, resume: bool) -> None:
-    if run_dir.exists() and not resume and any(run_dir.glob("metrics.jsonl")):
+    """Create (or reopen) the run directory: refuse planted links, clear debris of killed writes, save the config."""
+    check_outputs(run_dir)
+    metrics = run_dir / "metrics.jsonl"
+    if not resume and (metrics.exists() or metrics.is_symlink()):
         raise FileExistsError(
             f"run directory {str(run_dir)!r} already holds a run; resume it with `mirl train --resume {run_dir}` "
             "or choose another trainer.name"
         )
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "rollouts").mkdir(exist_ok=True)
-    save_resolved(config, run_dir)
+    clean_leftovers(run_dir)
+    remove_incomplete(run_dir / "checkpoints")
+    ensure_dir(run_dir / "rollouts")
+    if not resume:  # debris of an attempt killed before its first metrics line
+        for log in ("metrics.jsonl", "groups.jsonl"):
+            repair_jsonl(run_dir / log, 0)
+        repair_rollouts(run_dir / "rollouts", 0)
+    atomic_write_text(run_dir / "config.yaml", to_yaml(config))
+
+
+def is_due(iteration: int, every: int, config: Config) -> bool:
+    """Every ``every`` iterations and at the last one; never when ``every`` < 0."""
+    last = iteration == config.trainer.iterations
+    return every >= 0 and (last or (every > 0 and iteration % every == 0))
+
+
+def commit(run_dir: Path, config: Config, learner: Learner, state: TrainState, sinks, metrics: dict, stop) -> None:
+    """Finish an iteration: its metrics line first, then its checkpoint (when due).
+
+    The order is what makes a kill harmless: the logs of an iteration are complete (fsynced) before the
+    checkpoint that resume starts from exists, and resume cuts every log back to that checkpoint. A line whose
+    checkpoint was never written is dropped and its iteration run again, deterministically.
+    """
+    if state.checkpoint_seconds is not None:
+        metrics["time/checkpoint"] = round(state.checkpoint_seconds, 4)
+        state.checkpoint_seconds = None
+    sinks.log(state.iteration, metrics)
+    if is_due(state.iteration, config.trainer.checkpoint_every, config) or stop:
+        start = time.perf_counter()
+        save(run_dir, config, learner, state)
+        state.checkpoint_seconds = time.perf_counter() - start
 
 
 def save(run_dir: Path, config: Config, learner: Learner, state: TrainState) -> None:
@@ -93,11 +129,18 @@ def save(run_dir: Path, config: Config, learner: Learner, state: TrainState) -> 
 
 
 def restore(run_dir: Path, learner: Learner, state: TrainState) -> bool:
-    """Load the newest complete checkpoint; cut the logs back to it. False when there is none."""
-    path = latest_checkpoint(run_dir / "checkpoints")
-    if path is None:
-        return False
-    payload = load_checkpoint(path)
+    """Load the newest checkpoint that loads and cut every log back to it (to nothing when there is none, so
+    the run starts again from iteration 0). False when there is no checkpoint."""
+    found = load_latest(run_dir / "checkpoints")
+    if found is not None:
+        _load_payload(found[1], learner, state)
+    for log in ("metrics.jsonl", "groups.jsonl"):
+        repair_jsonl(run_dir / log, state.iteration)
+    repair_rollouts(run_dir / "rollouts", state.iteration)
+    return found is not None
+
+
+def _load_payload(payload: dict, learner: Learner, state: TrainState) -> None:
     learner.policy.model.load_state_dict(payload["policy"])
     learner.optimizer.load_state_dict(payload["optimizer"])
     if learner.critic is not None:
@@ -107,12 +150,6 @@ def restore(run_dir: Path, learner: Learner, state: TrainState) -> bool:
     state.diagnostics.load_state_dict(payload["diagnostics"])
     state.early_stop.load_state_dict(payload["early_stop"])
     set_rng_state(payload["rng"])
-    for log in ("metrics.jsonl", "groups.jsonl"):
-        truncate_jsonl(run_dir / log, state.iteration)
-    for saved in (run_dir / "rollouts").glob("iteration_*.jsonl"):
-        if int(saved.stem.split("_")[1]) > state.iteration:
-            saved.unlink()
-    return True
 
 
 def save_rollouts(run_dir: Path, config: Config, iteration: int, episodes) -> None:
@@ -121,7 +158,8 @@ def save_rollouts(run_dir: Path, config: Config, iteration: int, episodes) -> No
         return
     if mode == "sample":
         episodes = [e for e in episodes if e.group < config.logging.rollout_sample_groups]
-    write_episodes(run_dir / "rollouts" / f"iteration_{iteration:06d}.jsonl", episodes, iteration=iteration)
+    lines = [json.dumps(episode_to_record(e, iteration=iteration), ensure_ascii=False) + "\n" for e in episodes]
+    atomic_write_text(run_dir / "rollouts" / f"iteration_{iteration:06d}.jsonl", "".join(lines))  # whole, once
 
 
 def log_groups(run_dir: Path, iteration: int, episodes, returns, selection, labels) -> None:
@@ -145,13 +183,13 @@ def load_trained_policy(run_dir: Path, config: Config):
     """The policy of a run's newest checkpoint (LoRA adapters merged in), ready for generation."""
     from mirl.trainer.setup import _lora, load_policy
 
-    path = latest_checkpoint(Path(run_dir) / "checkpoints")
-    if path is None:
-        raise FileNotFoundError(f"no complete checkpoint under {run_dir}/checkpoints; was the run saved?")
+    found = load_latest(Path(run_dir) / "checkpoints")  # before the model: a refused checkpoint costs no load
+    if found is None:
+        raise CheckpointError(f"no complete checkpoint under {run_dir}/checkpoints; was the run saved?")
     policy = load_policy(config)
     if config.model.lora_rank > 0:
         policy.model = _lora(policy.model, config)
-    policy.model.load_state_dict(load_checkpoint(path)["policy"])
+    policy.model.load_state_dict(found[1]["policy"])
     if config.model.lora_rank > 0:
         policy.model = policy.model.merge_and_unload()
     return policy.eval()

@@ -1,4 +1,4 @@
-"""The run directory: atomic writes, the summary, and truncation of logs on resume.
+"""The run directory: the summary, and the repair of logs on resume (file primitives in :mod:`mirl.safeio`).
 
 Layout (DESIGN.md): ``config.yaml``, ``metrics.jsonl``, ``groups.jsonl``, ``rollouts/iteration_NNNNNN.jsonl``,
 ``checkpoints/``, ``tb/`` (TensorBoard), ``summary.json``, ``report.html``.
@@ -9,44 +9,86 @@ from __future__ import annotations
 import json
 import os
 import platform
-import tempfile
+import re
 import time
 from pathlib import Path
 
 import mirl
+from mirl.safeio import RunDirError, append_jsonl, atomic_write_text, iter_jsonl, read_json, remove_stale_tmp
+
+__all__ = ["RunSummary", "append_jsonl", "atomic_write_text", "check_outputs", "repair_jsonl", "repair_rollouts"]
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, fsync it, then rename it over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(handle.name, path)
+ROLLOUT_FILE = re.compile(r"iteration_(\d{6,})\.jsonl\Z")
+OUTPUTS = ("config.yaml", "metrics.jsonl", "groups.jsonl", "summary.json")  # read back or appended on resume
+OUTPUT_DIRS = ("rollouts", "checkpoints", "tb", "report")
 
 
-def append_jsonl(path: Path, record: dict) -> None:
-    """Append one JSON line and fsync: a crash leaves at most a partial last line, never a lost earlier one."""
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+def check_outputs(run_dir: Path) -> None:
+    """Refuse a run directory where a symbolic link sits at a file mirl appends to or reads back on resume, or
+    at a folder it writes into (before any work is done). Other outputs (``report.html``, files inside the
+    folders) are written by rename, which replaces a planted link."""
+    for name in OUTPUTS + OUTPUT_DIRS:
+        if (run_dir / name).is_symlink():
+            raise RunDirError(
+                f"{run_dir / name} is a symbolic link; mirl never writes through links. "
+                f"Remove it (rm {run_dir / name}) and run again"
+            )
 
 
-def truncate_jsonl(path: Path, last_iteration: int) -> None:
-    """Keep the lines of iterations <= ``last_iteration`` (resume from a checkpoint); drop partial lines."""
-    if not path.exists():
-        return
-    kept = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
+def read_records(path: Path) -> list[dict]:
+    """The usable objects of a JSONL log, in file order (torn, non-object and oversized lines skipped)."""
+    if not path.is_file():
+        return []
+    return [record for _, record, problem in iter_jsonl(path) if not problem]
+
+
+def repair_jsonl(path: Path, last_iteration: int) -> int:
+    """Cut a log back to the finished iterations ``1..last_iteration``, each kept once (its first line).
+
+    Drops torn lines, lines that are not JSON objects or carry no integer ``iteration``, and every line of a
+    later iteration (it will be run again). Rewrites the file atomically, only when something changes; returns
+    the number of lines dropped.
+    """
+    if not path.exists() and not path.is_symlink():
+        return 0
+    kept, seen, dropped = [], set(), 0
+    for _, record, problem in iter_jsonl(path):
+        iteration = None if problem else record.get("iteration")
+        usable = type(iteration) is int and 1 <= iteration <= last_iteration and iteration not in seen
+        if not usable:
+            dropped += 1
             continue
-        if record.get("iteration", 0) <= last_iteration:
-            kept.append(line)
-    atomic_write_text(path, "".join(line + "\n" for line in kept))
+        seen.add(iteration)
+        kept.append(json.dumps(record, ensure_ascii=False) + "\n")
+    if dropped or path.is_symlink() or _ends_torn(path):
+        atomic_write_text(path, "".join(kept))
+    return dropped
+
+
+def _ends_torn(path: Path) -> bool:
+    size = path.stat().st_size
+    if size == 0:
+        return False
+    with open(path, "rb") as handle:
+        handle.seek(size - 1)
+        return handle.read(1) != b"\n"
+
+
+def repair_rollouts(directory: Path, last_iteration: int) -> None:
+    """Delete the rollout files of iterations after ``last_iteration``; other names are left alone."""
+    if not directory.is_dir():
+        return
+    for path in directory.iterdir():
+        match = ROLLOUT_FILE.match(path.name)
+        if match and int(match.group(1)) > last_iteration:
+            path.unlink()
+
+
+def clean_leftovers(run_dir: Path) -> None:
+    """Remove what killed writes leave behind: ``*.tmp`` files in the run directory and its output folders."""
+    for directory in (run_dir, *(run_dir / name for name in OUTPUT_DIRS)):
+        remove_stale_tmp(directory)
 
 
 def hardware() -> dict:
@@ -69,14 +111,16 @@ def hardware() -> dict:
 class RunSummary:
     """``summary.json``, rewritten atomically whenever the run's status changes."""
 
-    def __init__(self, run_dir: Path, *, name: str, model: str, device: str, iterations_planned: int) -> None:
+    def __init__(
+        self, run_dir: Path, *, name: str, model: str, device: str, iterations_done: int, iterations_planned: int
+    ) -> None:
         self.path = run_dir / "summary.json"
-        previous = json.loads(self.path.read_text()) if self.path.exists() else {}
+        previous = _previous_summary(self.path)
         self.data = {
             "name": name,
             "status": "running",
             "stop_reason": None,
-            "iterations_done": previous.get("iterations_done", 0),
+            "iterations_done": iterations_done,
             "iterations_planned": iterations_planned,
             "started_at": previous.get("started_at", time.strftime("%Y-%m-%dT%H:%M:%S")),
             "finished_at": None,
@@ -98,3 +142,12 @@ class RunSummary:
 
     def write(self) -> None:
         atomic_write_text(self.path, json.dumps(self.data, indent=2, default=str) + "\n")
+
+
+def _previous_summary(path: Path) -> dict:
+    """The summary of an earlier segment of this run, or {} when it is missing or damaged (it is rebuilt)."""
+    try:
+        previous = read_json(path) if path.is_file() else {}
+    except RunDirError:
+        return {}
+    return previous if isinstance(previous, dict) else {}

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from mirl.config import LoggingConfig
 from mirl.trainer.metrics import unknown_keys
-from mirl.trainer.rundir import append_jsonl
+from mirl.trainer.rundir import append_jsonl, read_records
 
 HEADLINE = (
     ("rollout/success", "success"),
@@ -39,6 +39,8 @@ class Sinks:
         self.tensorboard = self._open_tensorboard(run_dir) if config.tensorboard else None
         self.wandb = self._open_wandb(run_dir, config) if config.wandb else None
         self.latest: dict[str, float | str] = {}
+        for record in read_records(self.metrics_path):  # a resumed run: its final values span every segment
+            self.latest.update({k: v for k, v in record.items() if k not in ("iteration", "time")})
         self.progress = None
         if config.progress:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn

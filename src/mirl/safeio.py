@@ -1,0 +1,281 @@
+"""The one place mirl reads and writes the files of run directories, safely.
+
+Writes (``config.yaml``, ``summary.json``, ``report.html``, PNGs, rollouts, ``--out`` files) go to a fresh
+temporary file in the destination directory (created exclusively, so a planted name cannot redirect it), are
+fsynced, then renamed over the destination. ``rename`` replaces a symbolic link planted at the destination
+instead of writing through it, and a reader sees the old file or the new one, never half of one. Appends
+(``metrics.jsonl``, ``groups.jsonl``) open with ``O_NOFOLLOW`` and refuse anything but a regular file.
+
+Reads are bounded. A run directory may come from someone else, so every file is read with a size limit, YAML
+with a node limit that counts aliases *expanded* (a 400-byte "billion laughs" file expands to millions of
+nodes and is refused before anything is built), and JSON Lines one line at a time with a per-line limit.
+Nothing read here is ever unpickled or executed.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import stat
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+MAX_YAML_BYTES = 1 << 20  # 1 MiB: a resolved config is about 8 KiB
+MAX_YAML_NODES = 50_000  # scalars + collections after alias expansion; a resolved config has about 400
+MAX_YAML_DEPTH = 64
+MAX_JSON_BYTES = 16 << 20  # summary.json, eval / diagnose results
+MAX_LINE_BYTES = 16 << 20  # one JSONL record: a metrics line is ~10 KiB, an episode rarely above 1 MiB
+TMP_SUFFIX = ".tmp"
+
+
+class RunDirError(ValueError):
+    """A run directory (or an output path) that mirl refuses to read or write; the message says why and the fix.
+
+    It is a user error: the command line prints it as one line and exits with status 2.
+    """
+
+
+class MalformedFileError(RunDirError):
+    """A file that does not parse as the format it should hold (``fmt``: ``"JSON"`` or ``"YAML"``)."""
+
+    def __init__(self, path, fmt: str, detail: str) -> None:
+        super().__init__(f"{path} is not valid {fmt} ({detail})")
+        self.fmt = fmt
+
+
+# ----------------------------------------------------------------------------------------------------- writes
+
+
+def ensure_dir(path: Path) -> Path:
+    """Create directory ``path`` (and parents); refuse when ``path`` itself is a symbolic link."""
+    path = Path(path)
+    if path.is_symlink():
+        raise RunDirError(
+            f"{path} is a symbolic link; mirl never writes through links. Remove it (rm {path}) and run again"
+        )
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes, mode: int = 0o644) -> Path:
+    """Write ``data`` to a fresh temporary file beside ``path``, fsync it, then rename it over ``path``.
+
+    A link planted at ``path`` is replaced, never followed; a crash leaves ``path`` untouched and at most a
+    ``.<name>.*.tmp`` file that :func:`remove_stale_tmp` deletes.
+    """
+    path = Path(path)
+    parent = path.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    descriptor, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=parent)
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temp_name, mode & ~_umask())
+        os.replace(temp_name, path)
+    except BaseException:
+        Path(temp_name).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
+
+
+def append_line(path: str | os.PathLike, line: str) -> None:
+    """Append ``line`` plus a newline in one write and fsync; refuse a link or a non-regular file at ``path``."""
+    path = Path(path)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        descriptor = os.open(path, flags, 0o644)
+    except OSError as error:
+        if path.is_symlink():
+            raise RunDirError(
+                f"{path} is a symbolic link; mirl never writes through links. Remove it (rm {path}) and resume"
+            ) from None
+        raise error
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise RunDirError(f"{path} is not a regular file; remove it and resume")
+        data = (line + "\n").encode("utf-8")
+        while data:
+            data = data[os.write(descriptor, data) :]
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def append_jsonl(path: str | os.PathLike, record: dict) -> None:
+    """One JSON object as one line (see :func:`append_line`): a crash leaves at most a torn last line."""
+    append_line(path, json.dumps(record, ensure_ascii=False))
+
+
+def remove_stale_tmp(directory: Path) -> list[Path]:
+    """Delete the ``*.tmp`` files a killed write left in ``directory`` (links are removed, never followed)."""
+    removed = []
+    if directory.is_dir() and not directory.is_symlink():
+        for path in directory.iterdir():
+            if path.name.endswith(TMP_SUFFIX) and (path.is_symlink() or path.is_file()):
+                path.unlink(missing_ok=True)
+                removed.append(path)
+    return removed
+
+
+# ------------------------------------------------------------------------------------------------------ reads
+
+
+def open_regular(path: str | os.PathLike):
+    """``path`` opened for binary reading; :class:`RunDirError` unless it is a regular file (a FIFO or a device
+    planted in a run directory would block or never end)."""
+    path = Path(path)
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise
+    except OSError as error:
+        raise RunDirError(f"cannot read {path}: {error.strerror}") from None
+    handle = os.fdopen(descriptor, "rb")
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        handle.close()
+        raise RunDirError(f"{path} is not a regular file; mirl reads only plain files from a run directory")
+    return handle
+
+
+def read_bytes(path: str | os.PathLike, limit: int) -> bytes:
+    """The bytes of regular file ``path``; :class:`RunDirError` when it is larger than ``limit`` or not a file."""
+    with open_regular(path) as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise RunDirError(f"{path} is larger than {limit} bytes; refusing to read it (is it really mirl's?)")
+    return data
+
+
+def read_json(path: str | os.PathLike, limit: int = MAX_JSON_BYTES) -> Any:
+    """One JSON document; :class:`RunDirError` when too large, not JSON, or nested too deeply."""
+    text = read_bytes(path, limit).decode("utf-8", errors="replace")
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as error:
+        reason = error.msg if isinstance(error, json.JSONDecodeError) else "nested too deeply"
+        raise MalformedFileError(path, "JSON", reason) from None
+
+
+def read_yaml(path: str | os.PathLike, limit: int = MAX_YAML_BYTES, max_nodes: int = MAX_YAML_NODES) -> Any:
+    """A YAML document with safe types only, refused (:class:`RunDirError`) when it is larger than ``limit``
+    bytes or expands, aliases included, to more than ``max_nodes`` nodes.
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "c.yaml"
+    >>> _ = p.write_text("a: &x [1, 2]\\nb: *x\\n")
+    >>> read_yaml(p)
+    {'a': [1, 2], 'b': [1, 2]}
+    >>> try:  # mapping 1 + keys 2 + the shared list of 3 counted twice = 9 nodes
+    ...     read_yaml(p, max_nodes=8)
+    ... except RunDirError as error:
+    ...     print(str(error).split("; ")[0].split(" has ")[1])
+    more than 8 YAML nodes once aliases are expanded
+    """
+    import yaml
+
+    text = read_bytes(path, limit).decode("utf-8", errors="replace")
+    loader = _loader_class()(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_expanded_size(node, max_nodes, path)
+        return loader.construct_document(node)
+    except yaml.YAMLError as error:
+        raise MalformedFileError(path, "YAML", str(error).splitlines()[0]) from None
+    except RecursionError:
+        raise RunDirError(f"{path} is nested too deeply to be a mirl config") from None
+    finally:
+        loader.dispose()
+
+
+@functools.cache
+def _loader_class():
+    """``yaml.SafeLoader`` that also reads ``1e-3`` (no dot) as a float, as YAML 1.2 and OmegaConf do."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    number = (
+        r"[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[0-9][0-9_]*[eE][-+]?[0-9]+|\.[0-9_]+(?:[eE][-+]?[0-9]+)?)"
+    )
+    special = r"[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)"
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float", re.compile(f"^(?:{number}|{special})$"), list("-+0123456789.")
+    )
+    return Loader
+
+
+def _check_expanded_size(root, max_nodes: int, path) -> None:
+    """Count nodes as if every alias were copied (memoised per shared node, so the count itself is cheap)."""
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(node, depth: int) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in active or depth > MAX_YAML_DEPTH:
+            raise RunDirError(f"{path} holds a recursive or {MAX_YAML_DEPTH}-deep YAML structure; refused")
+        active.add(key)
+        children = node.value if isinstance(node.value, list) else []
+        flat = [part for child in children for part in (child if isinstance(child, tuple) else (child,))]
+        total = 1 + sum(size(child, depth + 1) for child in flat)
+        active.discard(key)
+        if total > max_nodes:
+            raise RunDirError(
+                f"{path} has more than {max_nodes} YAML nodes once aliases are expanded; refused "
+                "(a mirl config has a few hundred; aliases that nest aliases are a known memory attack)"
+            )
+        sizes[key] = total
+        return total
+
+    size(root, 0)
+
+
+def iter_jsonl(path: str | os.PathLike, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, Any, str]]:
+    """``(line number, value, problem)`` for every non-blank line: ``problem`` is ``""`` for a JSON object and
+    otherwise says why the line is unusable (then ``value`` is None). An unparsable last line without its
+    newline is ``"torn"``: a write that was cut off."""
+    with open_regular(path) as handle:
+        number = 0
+        while True:
+            raw = handle.readline(max_line_bytes + 1)
+            if not raw:
+                return
+            number += 1
+            if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
+                while raw and not raw.endswith(b"\n"):  # skip the rest of the oversized line
+                    raw = handle.readline(max_line_bytes)
+                yield number, None, f"longer than {max_line_bytes} bytes"
+                continue
+            if not raw.strip():
+                continue
+            yield number, *_parse_line(raw)
+
+
+def _parse_line(raw: bytes) -> tuple[Any, str]:
+    try:
+        value = json.loads(raw.decode("utf-8", errors="replace"))
+    except (json.JSONDecodeError, RecursionError):
+        return None, "torn" if not raw.endswith(b"\n") else "unparsable JSON"
+    if not isinstance(value, dict):
+        return None, "not a JSON object"
+    return value, ""
