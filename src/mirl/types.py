@@ -41,7 +41,9 @@ class Generation:
 
     token_ids: tuple[int, ...]
     logprobs: tuple[float, ...]
-    finish_reason: str  # "stop" (a stop string), "eos" (end-of-turn or eos token), "length" (max_new_tokens)
+    # "stop" (a stop string), "eos" (end-of-turn or eos token), "length" (max_new_tokens or the total-token bound);
+    # the rollout engine relabels a reply that the context budget stopped or cut "context"
+    finish_reason: str
 
 
 @dataclass(frozen=True)
