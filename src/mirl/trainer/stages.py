@@ -10,7 +10,7 @@ from collections.abc import Callable
 import torch
 
 from mirl.algorithms import AlgorithmPreset, gae_advantages, grpo_advantages, masked_mean, masked_var, whiten
-from mirl.config import Config
+from mirl.config import Config, FilterConfig
 from mirl.filtering import Selection, select_groups, select_trajectories
 from mirl.rollout import collate, run_episodes
 from mirl.trainer.specs import train_specs
@@ -86,7 +86,11 @@ def _spread(group: list[Episode]) -> float:
 
 def select(returns: torch.Tensor, config: Config) -> tuple[Selection, torch.Tensor]:
     """Group selection (REFERENCE §4) and the (P, K) bool mask of trajectories to train on."""
-    f = config.filter
+    return select_rows(returns, config.filter)
+
+
+def select_rows(returns: torch.Tensor, f: FilterConfig) -> tuple[Selection, torch.Tensor]:
+    """:func:`select` for a ``filter`` block alone (the TRL integration holds no full config)."""
     selection = select_groups(
         returns,
         strategy=f.strategy,

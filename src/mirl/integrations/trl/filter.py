@@ -34,7 +34,8 @@ from trl import GRPOTrainer
 
 from mirl.config import FilterConfig
 from mirl.diagnostics.groups import label_counts, label_groups
-from mirl.filtering import Selection, select_groups, select_trajectories
+from mirl.filtering import Selection
+from mirl.trainer.stages import select_rows
 
 EXACT_LOSS_TYPES = ("dapo", "cispo", "vespo", "bnpo")
 EXACT_REWARD_SCALING = ("group", "none")
@@ -74,21 +75,7 @@ def filter_rows(rewards: torch.Tensor, num_generations: int, config: FilterConfi
             f"expected (P*K,) rewards with K=num_generations={num_generations}, got shape {tuple(rewards.shape)}"
         )
     returns = rewards.detach().double().view(-1, num_generations)  # (P, K)
-    selection = select_groups(
-        returns,
-        strategy=config.strategy,
-        value=config.value,
-        mode=config.mode,
-        statistic=config.statistic,
-        include_zero=config.include_zero,
-        largest=config.largest,
-        eps=config.eps,
-        band=(config.band_lo, config.band_hi) if config.strategy == "band" else None,
-        success_threshold=config.success_threshold,
-    )
-    rows = selection.keep[:, None].expand_as(returns).clone()  # (P, K)
-    if config.trajectories_per_group > 0:
-        rows &= select_trajectories(returns, config.trajectories_per_group)
+    selection, rows = select_rows(returns, config)  # the native trainer's selection, (P, K) rows
     return selection, rows.reshape(-1)  # (N,)
 
 
