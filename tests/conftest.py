@@ -1,4 +1,4 @@
-"""Fixtures of the command-line tests."""
+"""Fixtures of every test: BM25 indices of the search envs go to a per-session temporary cache."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 @pytest.fixture(scope="session", autouse=True)
 def _private_index_cache(tmp_path_factory):
-    """BM25 indices of the search envs go to a per-session temporary cache, never into the user's cache."""
+    """``MIRL_CACHE`` points at a temporary directory for the session, never at the user's cache."""
     previous = os.environ.get("MIRL_CACHE")
     os.environ["MIRL_CACHE"] = str(tmp_path_factory.mktemp("mirl-cache"))
     yield
