@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import difflib
 import os
-import re
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
 
@@ -336,10 +334,12 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tu
     would otherwise be copied into the run name and every file of the run); ``${key.sub}`` references to other
     keys are allowed and are written out resolved.
     """
+    from mirl.config_files import read_config_file, refuse_resolvers  # import ConfigError from here
+
     merged = OmegaConf.structured(Config)
     sources = []
     if path is not None:
-        sources.append((_read_yaml(Path(path)), str(path)))
+        sources.append((read_config_file(Path(path)), str(path)))
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override {item!r} is not key=value; write e.g. rollout.group_size=8")
@@ -348,7 +348,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tu
         except OmegaConfBaseException as err:
             raise _friendly(err, f"override {item!r}") from None
     for source, name in sources:
-        _refuse_resolvers(source, name)
+        refuse_resolvers(source, name)
         try:
             merged = OmegaConf.merge(merged, source)
         except OmegaConfBaseException as err:
@@ -361,51 +361,6 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tu
 
     validate(config)
     return config  # type: ignore[return-value]
-
-
-_MAX_CONFIG_BYTES = 1 << 20  # a config is a few KB; anything near a megabyte is not one
-
-
-def _read_yaml(path: Path):
-    """The YAML mapping at ``path``; a missing, non-regular, huge, malformed or non-mapping file is a ConfigError."""
-    if path.is_dir():
-        raise ConfigError(f"config path {str(path)!r} is a directory; pass a YAML file such as configs/quickstart.yaml")
-    if not path.is_file():
-        raise ConfigError(f"config file {str(path)!r} does not exist; see configs/ for the presets")
-    if path.stat().st_size > _MAX_CONFIG_BYTES:
-        raise ConfigError(f"config file {str(path)!r} is {path.stat().st_size} bytes; a config is at most 1 MiB")
-    try:
-        text = path.read_text(encoding="utf-8")
-        if any(isinstance(token, yaml.AliasToken) for token in yaml.scan(text)):
-            raise ConfigError(f"config file {str(path)!r} uses YAML aliases (*name); write the values out")
-        mapping = isinstance(yaml.compose(text), yaml.MappingNode)  # OmegaConf reads a bare word as a key
-        loaded = OmegaConf.load(path)
-    except (OmegaConfBaseException, yaml.YAMLError, UnicodeDecodeError) as err:
-        reason = " ".join(str(err).split())
-        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {reason}") from None
-    if not text.strip():
-        raise ConfigError(f"config file {str(path)!r} is empty; pass a preset such as configs/quickstart.yaml")
-    if not mapping or not OmegaConf.is_dict(loaded):
-        raise ConfigError(f"config file {str(path)!r} must hold a mapping of keys (e.g. rollout: {{group_size: 8}})")
-    return loaded
-
-
-_RESOLVER = re.compile(r"\$\{\s*[\w.\-]+\s*:")
-
-
-def _refuse_resolvers(node, source: str, prefix: str = "") -> None:
-    """Raise on any ``${resolver:...}`` value (``oc.env``, ``oc.decode``, ...) in an unresolved config node."""
-    container = OmegaConf.to_container(node, resolve=False) if OmegaConf.is_config(node) else node
-    items = container.items() if isinstance(container, dict) else enumerate(container)
-    for key, value in items:
-        where = f"{prefix}{key}" if isinstance(container, dict) else f"{prefix.rstrip('.')}[{key}]"
-        if isinstance(value, dict | list):
-            _refuse_resolvers(value, source, f"{where}.")
-        elif isinstance(value, str) and _RESOLVER.search(value):
-            raise ConfigError(
-                f"config key '{where}' in {source} uses the interpolation {value!r}; resolvers such as "
-                "${oc.env:...} are refused so that no environment variable is copied into the run; write the value"
-            )
 
 
 def to_yaml(config: Config) -> str:
