@@ -42,8 +42,8 @@ from torch.utils.checkpoint import checkpoint
 from transformers import DynamicCache
 
 from mirl.policy.checkpointing import checkpointed_layers
+from mirl.policy.hf_scoring import score_cells
 from mirl.policy.kv import PrefixStore, assemble, reusable, rows_kv
-from mirl.policy.packing import pack, packed_inputs
 from mirl.policy.sampling import check_sampling, end_of_turn_ids, ends_with_stop, step_uniforms
 from mirl.policy.sources import load_model_and_tokenizer, resolve_device, resolve_dtype
 from mirl.types import Generation, SamplingParams
@@ -230,33 +230,7 @@ class HFPolicy:
         (:mod:`mirl.policy.packing`), so a pass computes real tokens only; otherwise (and with ``pack_scoring =
         False``) they go in right-padded micro-batches (longest first, at most ``max_batch_tokens`` per pass).
         """
-        if len(prefixes) != len(continuations):
-            raise ValueError(f"score needs one prefix per continuation, got {len(prefixes)} and {len(continuations)}")
-        groups: dict[tuple[int, ...], list[int]] = {}
-        for i, prefix in enumerate(prefixes):
-            if len(prefix) == 0:
-                raise ValueError(f"prefixes[{i}] is empty; score needs at least one context token")
-            groups.setdefault(tuple(int(t) for t in prefix), []).append(i)
-        results: list[torch.Tensor] = [torch.zeros(0)] * len(prefixes)
-        packed = self.pack_scoring and getattr(self.model.config, "_attn_implementation", None) in ("sdpa", "eager")
-        score_batch = self._score_packed if packed else self._score_batch
-        for prefix, rows in groups.items():
-            kv, last_hidden = self._encode_prefix(prefix)
-            copies: dict[tuple[int, ...], list[int]] = {}  # identical cells are scored once
-            for i in rows:
-                if len(continuations[i]) > 0:
-                    copies.setdefault(tuple(int(t) for t in continuations[i]), []).append(i)
-            conts = sorted(copies, key=len, reverse=True)
-            if packed:
-                capacity = max(1, min(self.max_packed_tokens, self.max_batch_tokens - len(prefix)))
-                batches = pack([len(c) for c in conts], capacity)
-            else:
-                batches = self._micro_batches(list(range(len(conts))), conts, len(prefix))
-            for batch in batches:
-                for j, logp in zip(batch, score_batch(kv, last_hidden, [conts[j] for j in batch]), strict=True):
-                    for i in copies[conts[j]]:
-                        results[i] = logp
-        return results
+        return score_cells(self, prefixes, continuations)
 
     def _encode_prefix(self, prefix: tuple[int, ...]):
         ids = torch.tensor([prefix], device=self.device)  # (1, Lp)
@@ -265,45 +239,6 @@ class HFPolicy:
         hidden = self._backbone(ids, torch.ones_like(ids), positions, cache)  # (1, Lp, H)
         kv = [(layer.keys, layer.values) for layer in cache.layers]
         return kv, hidden[:, -1:]  # last hidden (1, 1, H) predicts the first continuation token
-
-    def _micro_batches(self, rows: list[int], continuations, prefix_len: int):
-        """Split rows (longest continuation first) so rows * (prefix_len + longest) <= max_batch_tokens."""
-        batch: list[int] = []
-        for i in rows:
-            longest = len(continuations[batch[0]]) if batch else len(continuations[i])
-            if batch and (len(batch) + 1) * (prefix_len + longest) > self.max_batch_tokens:
-                yield batch
-                batch = []
-            batch.append(i)
-        if batch:
-            yield batch
-
-    def _score_batch(self, kv, last_hidden, conts) -> list[torch.Tensor]:
-        rows, longest, prefix_len = len(conts), max(len(c) for c in conts), kv[0][0].shape[-2]
-        ids = torch.full((rows, longest), self.pad_token_id, device=self.device)  # (n, Lc) right-padded
-        cont_mask = torch.zeros(rows, longest, dtype=torch.long, device=self.device)  # (n, Lc)
-        for r, cont in enumerate(conts):
-            ids[r, : len(cont)] = torch.tensor(cont, device=self.device)
-            cont_mask[r, : len(cont)] = 1
-        mask = torch.cat([torch.ones(rows, prefix_len, dtype=torch.long, device=self.device), cont_mask], 1)
-        positions = (prefix_len + torch.arange(longest, device=self.device)).expand(rows, -1)  # (n, Lc)
-        cache = DynamicCache(
-            [(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1)) for k, v in kv],
-            config=self.model.config,
-        )
-        hidden = self._backbone(ids, mask, positions, cache)  # (n, Lc, H)
-        predictors = torch.cat([last_hidden.expand(rows, -1, -1), hidden[:, :-1]], dim=1)  # (n, Lc, H)
-        logp, _ = self._logprobs_from_hidden(predictors, ids)  # (n, Lc)
-        return [logp[r, : len(cont)].float().cpu() for r, cont in enumerate(conts)]
-
-    def _score_packed(self, kv, last_hidden, conts) -> list[torch.Tensor]:
-        prefix_len = kv[0][0].shape[-2]
-        ids, positions, mask, predictor = packed_inputs(conts, prefix_len, self.dtype, self.device)  # (1, S) ...
-        cache = DynamicCache([(k, v) for k, v in kv], config=self.model.config)
-        hidden = self._backbone(ids, mask, positions, cache)  # (1, S, H)
-        predictors = torch.cat([last_hidden, hidden], dim=1)[:, predictor]  # (1, S, H)
-        logp, _ = self._logprobs_from_hidden(predictors, ids)  # (1, S)
-        return [part.float().cpu() for part in logp[0].split([len(c) for c in conts])]
 
     # ------------------------------------------------------------------ generation
 
