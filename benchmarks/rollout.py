@@ -63,7 +63,7 @@ class Probe:
         tokens = dict(self.policy.prefill_tokens)
         out = {"prefill_s": self.prefill_s, "decode_s": self.generate_s - self.prefill_s, **tokens}
         self.prefill_s = self.generate_s = 0.0
-        self.policy.prefill_tokens.update(prompt=0, encoded=0)
+        self.policy.prefill_tokens.update(prompt=0, encoded=0, padded=0)
         return out
 
 
@@ -201,7 +201,7 @@ def report(rates: dict) -> None:
         if run["prefill_s"] > 0:
             breakdown = (
                 f"  prefill {run['prefill_s']:6.1f} s ({run['encoded']} of {run['prompt']} prompt tokens "
-                f"encoded), decode {run['decode_s']:6.1f} s"
+                f"encoded, {run['padded']} positions computed), decode {run['decode_s']:6.1f} s"
             )
         print(
             f"   {name:34s} {statistics.median(result['rate']):8.1f} tokens/s  ({run['tokens']} tokens in "

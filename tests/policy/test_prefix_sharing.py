@@ -56,6 +56,32 @@ def test_a_stored_turn_is_extended_not_encoded_again(policy):
     _assert_same(reused, plain)
 
 
+def test_prompts_of_very_different_lengths_are_encoded_in_buckets_and_sample_as_one_batch(policy, monkeypatch):
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(3, 200, (n,), generator=g).tolist() for n in (12, 150, 14, 160, 13)]
+    before = dict(policy.prefill_tokens)
+    bucketed = _generate(policy, prompts, True)
+    padded = policy.prefill_tokens["padded"] - before["padded"]
+    assert padded == 3 * 14 + 2 * 160  # two passes, not 5 * 160
+    monkeypatch.setattr(policy, "_joinable", lambda: False)  # one left-padded pass, as for sliding-window caches
+    before = dict(policy.prefill_tokens)
+    _assert_same(bucketed, _generate(policy, prompts, True))
+    assert policy.prefill_tokens["padded"] - before["padded"] == 5 * 160
+
+
+def test_a_turn_mixing_stored_and_fresh_prompts_joins_their_caches(policy, monkeypatch):
+    prompt = list(range(3, 40))
+    with policy.prefix_cache():
+        first = policy.generate([prompt, prompt], SamplingParams(max_new_tokens=8, stop=(), seed=1))
+        extended = prompt + list(first[0].token_ids) + [5, 6, 7]  # 4 new tokens after the stored row
+        fresh = list(range(50, 170))  # a history cut to fit the budget starts over: nothing stored matches
+        sampling = SamplingParams(max_new_tokens=8, stop=(), seed=2)
+        reused = policy.generate([extended, fresh], sampling)
+    monkeypatch.setattr(policy, "_joinable", lambda: False)
+    plain = policy.generate([extended, fresh], sampling)  # no store, one left-padded pass
+    _assert_same(reused, plain)
+
+
 @pytest.mark.parametrize("context_mode", ["full", "window"])
 def test_rollouts_with_and_without_sharing_are_identical(policy, context_mode):
     config = RolloutConfig(max_turns=3, max_new_tokens=16, temperature=0.9, top_p=0.95, context_mode=context_mode)

@@ -43,10 +43,12 @@ from transformers import DynamicCache
 
 from mirl.policy.checkpointing import checkpointed_layers
 from mirl.policy.hf_scoring import score_cells
-from mirl.policy.kv import PrefixStore, assemble, reusable, rows_kv
-from mirl.policy.sampling import check_sampling, end_of_turn_ids, ends_with_stop, step_uniforms
+from mirl.policy.kv import PrefixStore, assemble, length_buckets, reusable, rows_kv
+from mirl.policy.sampling import check_sampling, end_of_turn_ids, ends_with_stop, sample_tokens, step_uniforms
 from mirl.policy.sources import load_model_and_tokenizer, resolve_device, resolve_dtype
 from mirl.types import Generation, SamplingParams
+
+__all__ = ["HFPolicy", "end_of_turn_ids", "sample_tokens"]
 
 
 class HFPolicy:
@@ -95,7 +97,8 @@ class HFPolicy:
         # training log-probs with gradient recompute each decoder layer in backward (mirl.policy.checkpointing)
         self.activation_checkpointing = False
         # prompt tokens given to generate and tokens actually encoded by its prefill (padding excluded)
-        self.prefill_tokens = {"prompt": 0, "encoded": 0}
+        self.prefill_tokens = {"prompt": 0, "encoded": 0, "padded": 0}  # padded: positions the passes computed
+        self._plain_cache: bool | None = None
 
     # ------------------------------------------------------------------ construction and persistence
 
@@ -302,28 +305,52 @@ class HFPolicy:
         """Encode the prompts: (cache of B rows, last hidden (B, H), mask (B, L), next positions (B,)).
 
         With ``prefix_sharing`` each distinct prompt is encoded once (its cache rows are then repeated for every
-        copy), and inside :meth:`prefix_cache` a stored prefix of a prompt is not encoded again. Positions count
-        real tokens (``cumsum(mask) - 1`` over stored + new columns), so every token sits where it would without
-        sharing.
+        copy), and inside :meth:`prefix_cache` a stored prefix of a prompt is not encoded again. New parts of very
+        different lengths are encoded in length buckets whose caches are then joined (:func:`length_buckets`).
+        Positions count real tokens (``cumsum(mask) - 1`` over stored + new columns), so every token sits where it
+        would without sharing.
         """
         keys = [tuple(p) for p in prompts]
         distinct = list(dict.fromkeys(keys)) if self.prefix_sharing else keys
         stored = [self._store.take(p) if self._store is not None else None for p in distinct]
-        cache, past = assemble(stored, self.model.config, self.device)  # U rows, past mask (U, S)
-        reused = past.sum(-1).tolist()  # (U,) stored tokens per distinct prompt
-        ids, new_mask, _ = self._left_pad([list(p[n:]) for p, n in zip(distinct, reused, strict=True)])  # (U, N)
-        mask = torch.cat([past, new_mask], dim=1)  # (U, S + N)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (U, S + N)
-        hidden = self._backbone(ids, mask, positions[:, past.shape[1] :], cache)[:, -1]  # (U, H)
+        new = [p[(0 if kv is None else kv[0][0].shape[1]) :] for p, kv in zip(distinct, stored, strict=True)]
+        buckets = length_buckets([len(n) for n in new]) if self._joinable() else [list(range(len(new)))]
+        if len(buckets) == 1:
+            cache, hidden, mask = self._encode(stored, new)
+        else:  # encode each bucket, then join the rows' real columns into one left-padded cache
+            rows_of, last = [None] * len(new), [None] * len(new)
+            for bucket in buckets:
+                part, part_hidden, part_mask = self._encode([stored[u] for u in bucket], [new[u] for u in bucket])
+                for a, (u, kv) in enumerate(zip(bucket, rows_kv(part, range(len(bucket)), part_mask), strict=True)):
+                    rows_of[u], last[u] = kv, part_hidden[a]
+            cache, mask = assemble(rows_of, self.model.config, self.device)
+            hidden = torch.stack(last)  # (U, H)
         self.prefill_tokens["prompt"] += sum(len(p) for p in prompts)
-        self.prefill_tokens["encoded"] += int(new_mask.sum())
-        next_pos = positions[:, -1] + 1  # (U,)
+        self.prefill_tokens["encoded"] += sum(len(n) for n in new)
+        self.prefill_tokens["padded"] += sum(len(b) * max(len(new[u]) for u in b) for b in buckets)
+        next_pos = mask.sum(-1)  # (U,) real tokens = the next position
         if len(distinct) < len(keys):
             index = {p: u for u, p in enumerate(distinct)}
             rows = torch.tensor([index[k] for k in keys], device=self.device)  # (B,) distinct prompt of each row
             cache.batch_select_indices(rows)
             hidden, mask, next_pos = hidden[rows], mask[rows], next_pos[rows]
         return cache, hidden, mask, next_pos
+
+    def _encode(self, stored, new):
+        """Encode ``new[u]`` after the stored cache ``stored[u]`` (or from scratch): cache, last hidden (U, H) and
+        mask (U, S + N) over stored + new columns, left-padded."""
+        cache, past = assemble(stored, self.model.config, self.device)  # U rows, past mask (U, S)
+        ids, new_mask, _ = self._left_pad([list(n) for n in new])  # (U, N)
+        mask = torch.cat([past, new_mask], dim=1)  # (U, S + N)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (U, S + N)
+        hidden = self._backbone(ids, mask, positions[:, past.shape[1] :], cache)[:, -1]  # (U, H)
+        return cache, hidden, mask
+
+    def _joinable(self) -> bool:
+        """Whether this model's cache rows can be cut out and joined (plain growing layers only)."""
+        if self._plain_cache is None:
+            self._plain_cache = reusable(DynamicCache(config=self.model.config))
+        return self._plain_cache
 
     def _left_pad(self, prompts: list[list[int]]):
         longest = max(len(p) for p in prompts)
@@ -363,32 +390,3 @@ class HFPolicy:
                 reasons[row] = "length"
             keep.append(reasons[row] is None)
         return keep
-
-
-def sample_tokens(logits: torch.Tensor, uniform: torch.Tensor, temperature: float, top_p: float):
-    """Pick one token per row by inverse CDF of ``uniform`` (A,); return tokens (A,) and their log-probs (A,).
-
-    The log-prob is under ``log_softmax(logits / temperature)``, before top-p truncation. Top-p keeps the most
-    likely tokens whose preceding cumulative mass is below ``top_p`` (the first token always survives).
-
-    >>> logits = torch.log(torch.tensor([[0.5, 0.3, 0.2]]))
-    >>> sample_tokens(logits, torch.tensor([0.6]), 1.0, 1.0)[0].item()  # cdf 0.5, 0.8, 1.0: 0.6 falls in token 1
-    1
-    >>> sample_tokens(logits, torch.tensor([0.6]), 1.0, 0.5)[0].item()  # top-p 0.5 keeps token 0 only
-    0
-    """
-    if temperature == 0:
-        logp_all = logits.log_softmax(-1)  # (A, V)
-        tokens = logp_all.argmax(-1)  # (A,)
-        return tokens, logp_all.gather(-1, tokens[:, None]).squeeze(-1)
-    logp_all = (logits / temperature).log_softmax(-1)  # (A, V)
-    probs = logp_all.exp()  # (A, V)
-    order = None
-    if top_p < 1.0:
-        probs, order = probs.sort(-1, descending=True)  # (A, V)
-        probs = probs * ((probs.cumsum(-1) - probs) < top_p)
-    cdf = probs.cumsum(-1)  # (A, V)
-    index = torch.searchsorted(cdf, (uniform * cdf[:, -1]).unsqueeze(-1), right=True)  # (A, 1)
-    index = index.clamp(max=probs.shape[-1] - 1)
-    tokens = (order.gather(-1, index) if order is not None else index).squeeze(-1)  # (A,)
-    return tokens, logp_all.gather(-1, tokens[:, None]).squeeze(-1)

@@ -10,6 +10,10 @@ different batch):
   (prompt + reply without its last token, which was sampled but never fed) is kept in a :class:`PrefixStore`,
   and a later prompt that starts with a stored sequence prefills only the tokens after it.
 
+Prompts whose new parts differ much in length (a turn where some rows extend a stored cache and others, whose
+history was cut to fit the context budget, start over) are encoded in a few length buckets
+(:func:`length_buckets`) and their caches joined, so padding does not cost as much as the real tokens.
+
 The store only holds the caches of one rollout (the context manager drops them): after an update the weights
 differ and every cached key/value would be stale.
 """
@@ -105,3 +109,29 @@ def assemble(stored: Sequence[KV | None], config, device) -> tuple[DynamicCache,
     for row, length in enumerate(lengths):
         mask[row, longest - length :] = 1
     return DynamicCache(layers, config=config), mask
+
+
+def length_buckets(lengths: Sequence[int], overhead: int = 64) -> list[list[int]]:
+    """Split rows into batches that minimise padded positions: sum over batches of rows x longest + ``overhead``.
+
+    Rows are sorted by length and cut into contiguous runs by dynamic programming; ``overhead`` (in positions)
+    prices a forward pass, so short rows are not split off for a few tokens of padding. Returns row indices.
+
+    >>> length_buckets([180, 900, 190, 880])  # two passes of 2 rows: 2 * 190 + 2 * 900, not 4 * 900
+    [[0, 2], [3, 1]]
+    >>> length_buckets([100, 110, 120])
+    [[0, 1, 2]]
+    """
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    best = [0] + [None] * len(order)  # best[j]: cost of the first j sorted rows
+    cut = [0] * (len(order) + 1)
+    for j in range(1, len(order) + 1):
+        for i in range(j):  # last batch = sorted rows i .. j-1, padded to the longest (row j-1)
+            cost = best[i] + (j - i) * lengths[order[j - 1]] + overhead
+            if best[j] is None or cost < best[j]:
+                best[j], cut[j] = cost, i
+    buckets, j = [], len(order)
+    while j > 0:
+        buckets.append(order[cut[j] : j])
+        j = cut[j]
+    return buckets[::-1]
