@@ -320,7 +320,10 @@ class HFPolicy:
         else:  # encode each bucket, then join the rows' real columns into one left-padded cache
             rows_of, last = [None] * len(new), [None] * len(new)
             for bucket in buckets:
-                part, part_hidden, part_mask = self._encode([stored[u] for u in bucket], [new[u] for u in bucket])
+                part_stored = [stored[u] for u in bucket]
+                for u in bucket:
+                    stored[u] = None  # the bucket's list is the last reference: assemble frees rows as it copies
+                part, part_hidden, part_mask = self._encode(part_stored, [new[u] for u in bucket])
                 for a, (u, kv) in enumerate(zip(bucket, rows_kv(part, range(len(bucket)), part_mask), strict=True)):
                     rows_of[u], last[u] = kv, part_hidden[a]
             cache, mask = assemble(rows_of, self.model.config, self.device)

@@ -86,10 +86,12 @@ def rows_kv(cache: DynamicCache, rows: Sequence[int], mask: torch.Tensor) -> lis
     return out
 
 
-def assemble(stored: Sequence[KV | None], config, device) -> tuple[DynamicCache, torch.Tensor]:
+def assemble(stored: list[KV | None], config, device) -> tuple[DynamicCache, torch.Tensor]:
     """A cache of ``len(stored)`` rows holding each stored sequence right-aligned (left padding), and its mask.
 
-    Returns the cache and the mask (U, S) with S the longest stored length (0 when nothing is stored).
+    Consumes ``stored``: each entry is set to None once copied, so a row's old tensors can be freed before the
+    next row is copied (the new cache and the stored rows are never both held in full). Returns the cache and
+    the mask (U, S) with S the longest stored length (0 when nothing is stored).
     """
     lengths = [0 if kv is None else kv[0][0].shape[1] for kv in stored]
     longest = max(lengths)
@@ -97,16 +99,21 @@ def assemble(stored: Sequence[KV | None], config, device) -> tuple[DynamicCache,
     if longest == 0:
         return DynamicCache(config=config), mask
     template = next(kv for kv in stored if kv is not None)
-    layers = []
-    for layer, (k0, v0) in enumerate(template):
-        keys = k0.new_zeros(len(stored), k0.shape[0], longest, k0.shape[2])  # (U, heads, S, head_dim)
-        values = v0.new_zeros(len(stored), v0.shape[0], longest, v0.shape[2])
-        for row, kv in enumerate(stored):
-            if kv is not None:
-                keys[row, :, longest - lengths[row] :] = kv[layer][0]
-                values[row, :, longest - lengths[row] :] = kv[layer][1]
-        layers.append((keys, values))
+    layers = [
+        (
+            k0.new_zeros(len(stored), k0.shape[0], longest, k0.shape[2]),  # keys (U, heads, S, head_dim)
+            v0.new_zeros(len(stored), v0.shape[0], longest, v0.shape[2]),  # values
+        )
+        for k0, v0 in template
+    ]
+    del template
     for row, length in enumerate(lengths):
+        if stored[row] is None:
+            continue
+        for (keys, values), (k, v) in zip(layers, stored[row], strict=True):
+            keys[row, :, longest - length :] = k
+            values[row, :, longest - length :] = v
+        stored[row] = None
         mask[row, longest - length :] = 1
     return DynamicCache(layers, config=config), mask
 
