@@ -110,6 +110,38 @@ PICK_WORD_RUN = (
 
 
 @pytest.fixture
+def model_dir(tmp_path_factory, formatted_policy):
+    """:func:`formatted_policy` saved as a model directory, for runs driven through the command line."""
+    path = tmp_path_factory.mktemp("model") / "tiny"
+    formatted_policy.save(path)
+    return path
+
+
+@pytest.fixture
+def cli_args():
+    """``cli_args(model_dir, out, name, *overrides)``: the overrides of a two-group pick_word run of ``model_dir``
+    writing to ``out / name``, for ``mirl train`` and ``load_config``."""
+
+    def make(model_dir, out, name: str, *extra: str) -> list[str]:
+        return [
+            f"model.name={model_dir}",
+            "envs=[{name: pick_word}]",
+            "rollout.prompts_per_iteration=2",
+            "rollout.group_size=4",
+            "rollout.max_turns=1",
+            "rollout.max_new_tokens=12",
+            "diagnostics.num_pairs=6",
+            "validation.every=-1",
+            "logging.progress=false",
+            f"trainer.output_dir={out}",
+            f"trainer.name={name}",
+            *extra,
+        ]
+
+    return make
+
+
+@pytest.fixture
 def run_config(tmp_path):
     """``run_config(name, *overrides)``: a small pick_word training config writing to ``tmp_path / name``."""
 

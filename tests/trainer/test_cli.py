@@ -8,32 +8,13 @@ from mirl.cli import main
 
 
 @pytest.fixture
-def model_dir(tmp_path, formatted_policy):
-    path = tmp_path / "model"
-    formatted_policy.save(path)
-    return path
+def train_args(cli_args):
+    return lambda model_dir, out, *extra: cli_args(model_dir, out, "cli", *extra)
 
 
-def _args(model_dir, out, *extra):
-    return [
-        f"model.name={model_dir}",
-        "envs=[{name: pick_word}]",
-        "rollout.prompts_per_iteration=2",
-        "rollout.group_size=4",
-        "rollout.max_turns=1",
-        "rollout.max_new_tokens=12",
-        "diagnostics.num_pairs=6",
-        "validation.every=-1",
-        "logging.progress=false",
-        f"trainer.output_dir={out}",
-        "trainer.name=cli",
-        *extra,
-    ]
-
-
-def test_train_resume_eval_report(tmp_path, model_dir, pick_env, capsys):
+def test_train_resume_eval_report(tmp_path, model_dir, pick_env, capsys, train_args):
     out = tmp_path / "runs"
-    assert main(["train", *_args(model_dir, out, "trainer.iterations=1")]) == 0
+    assert main(["train", *train_args(model_dir, out, "trainer.iterations=1")]) == 0
     printed = capsys.readouterr().out
     run = out / "cli"
     assert f"run directory: {run}" in printed and "report:" in printed
@@ -50,13 +31,13 @@ def test_train_resume_eval_report(tmp_path, model_dir, pick_env, capsys):
     assert 0.0 <= metrics["val/success"] <= 1.0 and "val/pass@1/pick_word" in metrics
 
 
-def test_config_errors_reach_the_user(tmp_path, model_dir, pick_env, capsys):
-    assert main(["train", *_args(model_dir, tmp_path, "rollout.grup_size=3")]) == 2
+def test_config_errors_reach_the_user(tmp_path, model_dir, pick_env, capsys, train_args):
+    assert main(["train", *train_args(model_dir, tmp_path, "rollout.grup_size=3")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("mirl train: unknown config key") and "did you mean 'rollout.group_size'" in err
 
 
-def test_run_and_checkpoint_directories_are_scorers(tmp_path, model_dir, pick_env, capsys):
+def test_run_and_checkpoint_directories_are_scorers(tmp_path, model_dir, pick_env, capsys, train_args):
     """``--model RUN`` and ``--model RUN/checkpoints/iteration_N``: the run's base model with the trained weights."""
     import torch
 
@@ -65,7 +46,7 @@ def test_run_and_checkpoint_directories_are_scorers(tmp_path, model_dir, pick_en
 
     out = tmp_path / "runs"
     extra = ("trainer.iterations=2", "trainer.checkpoint_every=1", "algorithm.actor_lr=1e-2", "--no-report")
-    assert main(["train", *_args(model_dir, out, *extra)]) == 0
+    assert main(["train", *train_args(model_dir, out, *extra)]) == 0
     run = out / "cli"
     base = load_named_policy(str(model_dir)).model.state_dict()
     for source, iteration in ((run, 2), (run / "checkpoints" / "iteration_000001", 1)):
@@ -80,14 +61,14 @@ def test_run_and_checkpoint_directories_are_scorers(tmp_path, model_dir, pick_en
     assert json.loads(result.read_text())["episodes"] == 8
 
 
-def test_no_environment_variable_reaches_a_run_file(tmp_path, model_dir, pick_env, monkeypatch):
+def test_no_environment_variable_reaches_a_run_file(tmp_path, model_dir, pick_env, monkeypatch, train_args):
     """A secret in the environment appears in no file of a trained, reported run (and cannot be interpolated)."""
     secret = "s3cr3t-9f8e7d6c5b4a"
     monkeypatch.setenv("MIRL_TEST_SECRET", secret)
     out = tmp_path / "runs"
     leak = "trainer.name=${oc.env:MIRL_TEST_SECRET}"
-    assert main(["train", *_args(model_dir, out, "trainer.iterations=1", leak)]) == 2
-    assert main(["train", *_args(model_dir, out, "trainer.iterations=1", "logging.tensorboard=true")]) == 0
+    assert main(["train", *train_args(model_dir, out, "trainer.iterations=1", leak)]) == 2
+    assert main(["train", *train_args(model_dir, out, "trainer.iterations=1", "logging.tensorboard=true")]) == 0
     written = [path for path in (out / "cli").rglob("*") if path.is_file()]
     assert len(written) >= 5  # config, metrics, groups, summary, rollouts, checkpoint, report, ...
     assert [path for path in written if secret.encode() in path.read_bytes()] == []

@@ -24,29 +24,10 @@ class Payload:
 
 
 @pytest.fixture
-def model_dir(tmp_path_factory, formatted_policy):
-    path = tmp_path_factory.mktemp("model") / "tiny"
-    formatted_policy.save(path)
-    return path
-
-
-def _overrides(model_dir, out, *extra):
-    return [
-        f"model.name={model_dir}",
-        "envs=[{name: pick_word}]",
-        "rollout.prompts_per_iteration=2",
-        "rollout.group_size=4",
-        "rollout.max_turns=1",
-        "rollout.max_new_tokens=12",
-        "diagnostics.num_pairs=6",
-        "validation.every=-1",
-        "logging.progress=false",
-        "logging.tensorboard=false",
-        "logging.save_rollouts=all",
-        f"trainer.output_dir={out}",
-        "trainer.name=run",
-        *extra,
-    ]
+def run_args(cli_args):
+    """The shared CLI run, named ``run``, without TensorBoard, every rollout saved (more outputs to plant at)."""
+    extra = ("logging.tensorboard=false", "logging.save_rollouts=all")
+    return lambda model_dir, out, *more: cli_args(model_dir, out, "run", *extra, *more)
 
 
 def _one_line_error(capsys, command):
@@ -56,10 +37,10 @@ def _one_line_error(capsys, command):
     return ours[0]
 
 
-def test_a_pickled_checkpoint_payload_is_refused_and_never_runs(tmp_path, model_dir, pick_env, capsys):
+def test_a_pickled_checkpoint_payload_is_refused_and_never_runs(tmp_path, model_dir, pick_env, capsys, run_args):
     """Defect: state.pt was loaded with weights_only=False, so eval and resume ran the file's code."""
     run = tmp_path / "run"
-    config = load_config(None, _overrides(model_dir, tmp_path))
+    config = load_config(None, run_args(model_dir, tmp_path))
     run.mkdir()
     (run / "config.yaml").write_text(to_yaml(config))
     (run / "metrics.jsonl").write_text(json.dumps({"iteration": 1}) + "\n")
@@ -75,14 +56,14 @@ def test_a_pickled_checkpoint_payload_is_refused_and_never_runs(tmp_path, model_
 
 
 @pytest.mark.parametrize("name", OUTPUTS + OUTPUT_DIRS)
-def test_train_refuses_a_link_at_an_output_path(tmp_path, model_dir, pick_env, capsys, name):
+def test_train_refuses_a_link_at_an_output_path(tmp_path, model_dir, pick_env, capsys, name, run_args):
     victim = tmp_path / "victim"
     victim.mkdir()
     (victim / "precious").write_text("keep me")
     run = tmp_path / "run"
     run.mkdir()
     (run / name).symlink_to(victim / "precious" if "." in name else victim)
-    assert main(["train", *_overrides(model_dir, tmp_path, "trainer.iterations=1")]) == 2
+    assert main(["train", *run_args(model_dir, tmp_path, "trainer.iterations=1")]) == 2
     assert "symbolic link" in _one_line_error(capsys, "train")
     assert [p.name for p in victim.iterdir()] == ["precious"] and (victim / "precious").read_text() == "keep me"
 
@@ -98,7 +79,7 @@ def _plant(path, victim):
 PNG_NAMES = ("training", "diagnostics", "regime", "filter", "reward_matrix", "gradients", "reasoning")
 
 
-def test_links_inside_output_folders_are_replaced_not_followed(tmp_path, model_dir, pick_env, capsys):
+def test_links_inside_output_folders_are_replaced_not_followed(tmp_path, model_dir, pick_env, capsys, run_args):
     """Train, report, compare and eval --out each write over planted links without touching their targets."""
     victims = tmp_path / "victims"
     victims.mkdir()
@@ -115,7 +96,7 @@ def test_links_inside_output_folders_are_replaced_not_followed(tmp_path, model_d
     outputs = [run / "report.html", *pngs, html, tmp_path / "cmp" / "compare.png", result]
     planted += [_plant(path, victims / f"v{i}") for i, path in enumerate(outputs)]
 
-    assert main(["train", *_overrides(model_dir, tmp_path, "trainer.iterations=1")]) == 0
+    assert main(["train", *run_args(model_dir, tmp_path, "trainer.iterations=1")]) == 0
     assert main(["compare", str(run), "--out", str(html)]) == 0
     assert main(["eval", str(run), "validation.num_instances=1", "--out", str(result)]) == 0
     written = [p for p in [rollout, run / "checkpoints" / "iteration_000001" / "state.pt", *outputs] if p.exists()]
