@@ -63,8 +63,9 @@ def sample_tokens(logits: torch.Tensor, uniform: torch.Tensor, temperature: floa
         kept = None
     cdf = probs.cumsum(-1)  # (A, C)
     index = torch.searchsorted(cdf, (uniform * cdf[:, -1]).unsqueeze(-1), right=True)  # (A, 1)
-    last = kept.sum(-1, keepdim=True) - 1 if kept is not None else probs.shape[-1] - 1  # rounding never leaves it
-    index = torch.minimum(index, torch.as_tensor(last))
+    if kept is not None:  # rounding in the CDF never draws past the nucleus
+        index = torch.minimum(index, kept.sum(-1, keepdim=True) - 1)
+    index = index.clamp(max=probs.shape[-1] - 1)
     tokens = (ids.gather(-1, index) if ids is not None else index).squeeze(-1)  # (A,)
     return tokens, logp_all.gather(-1, tokens[:, None]).squeeze(-1)
 
