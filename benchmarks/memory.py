@@ -56,8 +56,8 @@ def _scripted_rollouts(stages) -> None:
 
     collect = stages.collect
 
-    def scripted_collect(policy, config, iteration, sampling_seed):
-        return collect(ScriptedPolicy(policy.tokenizer, lambda _: REPLY), config, iteration, sampling_seed)
+    def scripted_collect(policy, config, iteration, sampling_seed, **kwargs):
+        return collect(ScriptedPolicy(policy.tokenizer, lambda _: REPLY), config, iteration, sampling_seed, **kwargs)
 
     stages.collect = scripted_collect
 

@@ -2,6 +2,7 @@
 
     python benchmarks/step.py                              # filter off vs SNR-Aware top-p 0.9, 3 iterations each
     python benchmarks/step.py --compare checkpointing      # model.gradient_checkpointing false vs true
+    python benchmarks/step.py --baseline 17e24f0           # the defaults: a git revision vs the working tree
     python benchmarks/step.py --iterations 5 model.name=Qwen/Qwen2.5-0.5B-Instruct
 
 Each setting trains ``configs/quickstart.yaml`` (diagnostics and validation off, so the rollout and the update
@@ -9,6 +10,9 @@ dominate) in its own worker process; the workers take turns, one iteration each,
 busy spell on a shared machine therefore slows both settings alike instead of deciding the ratio, and the figures
 are medians over the iterations. All settings sample the same instances with the same seeds. Peak memory is each
 worker's own peak RSS (CPU) or peak allocation (GPU) over its whole run.
+
+``--baseline REV`` compares the code instead of a setting: one worker runs the sources and the quickstart config of
+git revision REV (exported to a temporary directory), the other those of the working tree, both with their defaults.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
 
 COMPARISONS = {
     "filter": {"no filter": ["filter.strategy=none"], "top-p 0.9": ["filter.strategy=top_p", "filter.value=0.9"]},
@@ -76,13 +82,23 @@ def _read(process, prefix: str, name: str) -> str:
     sys.exit(f"the {name!r} worker ended (exit {process.wait()}) before it answered; its errors are above")
 
 
-def interleave(settings: dict[str, list[str]], iterations: int, extra: list[str]) -> dict[str, list[dict]]:
-    """Start one worker per setting, then run iteration 1 of each, iteration 2 of each, ..."""
+def interleave(
+    settings: dict[str, list[str]], iterations: int, extra: list[str], trees: dict[str, Path] | None = None
+) -> dict[str, list[dict]]:
+    """Start one worker per setting, then run iteration 1 of each, iteration 2 of each, ...
+
+    ``trees`` maps a setting to the source tree its worker runs (its ``src`` on the path, its configs); others run
+    this checkout.
+    """
     workers = {}
     try:
         for name, overrides in settings.items():
-            command = [sys.executable, __file__, "--worker", name, *overrides, *extra]
-            workers[name] = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            tree = (trees or {}).get(name, ROOT)
+            command = [sys.executable, str(Path(__file__).resolve()), "--worker", name, *overrides, *extra]
+            env = os.environ | {"PYTHONPATH": os.pathsep.join([str(tree / "src"), os.environ.get("PYTHONPATH", "")])}
+            workers[name] = subprocess.Popen(
+                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=tree, env=env
+            )
             _read(workers[name], "READY", name)  # loading one at a time keeps the workers from racing
         results = {name: [] for name in settings}
         for _ in range(iterations):
@@ -110,9 +126,19 @@ def summarise(results: dict[str, list[dict]]) -> dict[str, dict[str, float]]:
     return table
 
 
+def _export(revision: str, directory: Path) -> Path:
+    """The files of git revision ``revision`` of this checkout, written under ``directory``."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision], capture_output=True, check=False)
+    if archive.returncode != 0:
+        sys.exit(f"step.py: git cannot export revision {revision!r}: {archive.stderr.decode().strip()}")
+    subprocess.run(["tar", "-x", "-C", str(directory)], input=archive.stdout, check=True)
+    return directory
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--compare", choices=sorted(COMPARISONS), default="filter")
+    parser.add_argument("--baseline", metavar="REV", help="compare git revision REV with the working tree instead")
     parser.add_argument("--iterations", type=int, default=3, help="iterations per setting (>= 3 for a median)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("overrides", nargs="*", help="extra key=value config overrides")
@@ -123,8 +149,14 @@ def main() -> None:
         return
     if args.iterations < 1:
         sys.exit(f"step.py: --iterations must be >= 1, got {args.iterations}")
-    settings = COMPARISONS[args.compare]
-    table = summarise(interleave(settings, args.iterations, args.overrides))
+    with tempfile.TemporaryDirectory() as exported:
+        trees = {}
+        if args.baseline:
+            trees = {args.baseline: _export(args.baseline, Path(exported))}
+            settings = {args.baseline: [], "working tree": []}
+        else:
+            settings = COMPARISONS[args.compare]
+        table = summarise(interleave(settings, args.iterations, args.overrides, trees))
     print(f"medians over {args.iterations} interleaved iterations each (peak memory: maximum)")
     print(f"{'':22s}" + "".join(f"{label:>18s}" for label in table))
     for key in KEYS:

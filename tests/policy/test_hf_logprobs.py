@@ -67,12 +67,47 @@ def test_shared_prefix_scoring_equals_full_forward():
 def test_score_encodes_each_distinct_prefix_once(policy):
     calls = []
     original = policy._encode_prefix
-    policy._encode_prefix = lambda prefix: calls.append(prefix) or original(prefix)
+    policy._encode_prefix = lambda prefix, stem=None: calls.append(prefix) or original(prefix, stem)
     try:
         policy.score([[5, 6], [7], [5, 6], [5, 6], [7]], [[1], [2, 3], [4], [], [9, 9, 9]])
     finally:
         del policy._encode_prefix
     assert calls == [(5, 6), (7,)]
+
+
+def test_prefixes_that_begin_alike_share_the_encoding_of_their_stem():
+    # a 40-token "system prompt" begins every prefix; two of them also share a 35-token first turn; one prefix is
+    # the system prompt itself; one prefix shares only 3 tokens (too few for a pass of their own)
+    policy = tiny_policy(seed=5)
+    g = torch.Generator().manual_seed(3)
+    vocab = len(tiny_tokenizer())
+    draw = lambda n: torch.randint(3, vocab, (n,), generator=g).tolist()  # noqa: E731
+    system, turn = draw(40), draw(35)
+    prefixes = [
+        system + turn + draw(6),
+        system + draw(12),
+        system,
+        system + turn + draw(9),
+        system[:3] + draw(20),
+        system + draw(12),
+    ]
+    conts = [draw(n) for n in (5, 9, 3, 14, 7, 2)]
+    encoded = []  # (prefix length, tokens this call encoded)
+    original = policy._encode_prefix
+
+    def spy(prefix, stem=None):
+        encoded.append((len(prefix), len(prefix) - (stem[1] if stem else 0)))
+        return original(prefix, stem)
+
+    policy._encode_prefix = spy
+    try:
+        scored = policy.score(prefixes, conts)
+    finally:
+        del policy._encode_prefix
+    for prefix, cont, logp in zip(prefixes, conts, scored, strict=True):
+        torch.testing.assert_close(logp, reference_logprobs(policy, prefix, cont), rtol=0, atol=1e-5)
+    # the system prompt (a prefix itself) once, the shared first turn once, then only each prefix's own tail
+    assert sorted(encoded) == sorted([(23, 23), (40, 40), (52, 12), (52, 12), (75, 35), (81, 6), (84, 9)])
 
 
 def test_score_edge_cases(policy):
@@ -127,6 +162,34 @@ def test_chunked_equals_unchunked_values_and_gradients():
         torch.testing.assert_close(entropy, results[2][1], rtol=1e-6, atol=1e-6)
         torch.testing.assert_close(grad, results[2][2], rtol=1e-5, atol=1e-6)
     assert results[2][2].abs().sum() > 0
+
+
+def test_needed_positions_alone_are_computed_with_the_same_values_and_gradients():
+    policy = tiny_policy(seed=6)
+    ids, mask = padded([[5, 9, 14, 200, 31, 7, 8, 9], [40, 41, 42, 43, 44]])
+    needed = torch.zeros_like(mask)
+    needed[0, 5:8], needed[1, 2:4] = True, True  # "response" tokens
+    results = []
+    for positions in (None, needed):
+        policy.model.zero_grad()
+        logp, entropy = policy.token_logprobs(ids, mask, with_entropy=True, temperature=0.7, needed=positions)
+        ((logp * needed).sum() + 0.1 * (entropy * needed).sum()).backward()
+        results.append((logp.detach(), entropy.detach(), policy.model.lm_head.weight.grad.clone()))
+    (full_logp, full_entropy, full_grad), (logp, entropy, grad) = results
+    torch.testing.assert_close(logp, full_logp * needed, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(entropy, full_entropy * needed, rtol=1e-6, atol=1e-6)
+    assert (logp[~needed] == 0).all() and (entropy[~needed] == 0).all()
+    torch.testing.assert_close(grad, full_grad, rtol=1e-5, atol=1e-7)
+    with pytest.raises(ValueError, match="needed must be"):
+        policy.token_logprobs(ids, mask, needed=needed[:, 1:])
+
+
+def test_no_needed_position_still_gives_a_graph():
+    policy = tiny_policy(seed=6)
+    ids, mask = padded([[5, 9, 14]])
+    logp, _ = policy.token_logprobs(ids, mask, needed=torch.zeros_like(mask))
+    assert (logp == 0).all()
+    logp.sum().backward()  # a micro-batch with no response token must not break the update
 
 
 def test_save_and_load_round_trip(policy, tmp_path):

@@ -117,3 +117,32 @@ def test_learning_goes_uphill(formatted_policy, pick_env):
     end = success(20_000)
     # 64 evaluation samples each: a binomial std of at most 0.0625; a rise of 0.3 is about 5 sigma
     assert end - start > 0.3, (start, end)
+
+
+def test_update_through_the_gradient_buffer_equals_plain_steps(formatted_policy, pick_env):
+    # two optimiser steps with gradients as views of one flat buffer, against fresh .grad tensors per step
+    batch, inputs = _inputs(formatted_policy, pick_env)
+    inputs = dataclasses.replace(
+        inputs, advantages=inputs.advantages.double(), old_logprobs=batch.old_logprobs.double()
+    )
+    preset = get_preset("grpo")
+    config = Config(algorithm=AlgorithmConfig(actor_lr=1e-3, mini_batch_size=4, micro_batch_size=3))
+    buffered, plain = _float64(formatted_policy), _float64(formatted_policy)
+    learner = build_learner(buffered, config, preset)
+    update(learner, inputs, preset, config.algorithm, torch.Generator().manual_seed(0))
+    assert all(p.grad is None for p in buffered.model.parameters())  # the buffer is gone with the update
+
+    reference = build_learner(plain, config, preset)
+    plain.model.train()
+    params = [p for p in plain.model.parameters() if p.requires_grad]
+    for rows in mini_batches(batch.num_rows, config.algorithm, torch.Generator().manual_seed(0)):
+        accumulate_gradients(reference, inputs, rows, preset, config.algorithm.micro_batch_size)
+        torch.nn.utils.clip_grad_norm_(params, config.algorithm.grad_clip)
+        reference.optimizer.step()
+        reference.optimizer.zero_grad(set_to_none=True)
+    for a, b in zip(buffered.model.parameters(), plain.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    assert any(
+        not torch.equal(a, b)
+        for a, b in zip(buffered.model.parameters(), _float64(formatted_policy).model.parameters(), strict=True)
+    )

@@ -184,6 +184,7 @@ def _component_norm(policy, params, bucket: _Bucket, preset, component: str, pas
             batch.attention_mask[rows, :length],
             with_entropy=component == "entropy",
             temperature=temperature,
+            needed=batch.response_mask[rows, :length],
         )
         mask = batch.response_mask[rows, :length].to(logp.device)
         device = logp.device

@@ -25,7 +25,8 @@ that sampled (as veRL's actor does); :meth:`HFPolicy.score` (cross-scoring for t
 temperature 1, its documented definition.
 
 Logits are ``lm_head(last_hidden_state)`` (with Gemma-2 style final soft-capping when the config sets it), computed
-in chunks of positions so the (rows, positions, V) tensor never exceeds ``max_logit_elements``. With gradient
+only at the positions asked for (real tokens; the response tokens when the trainer passes ``needed``), in chunks of
+positions so the (positions, V) tensor never exceeds ``max_logit_elements``. With gradient
 enabled each chunk is checkpointed, so the backward pass also keeps only one chunk of logits alive; with
 ``activation_checkpointing`` the decoder layers are checkpointed too (:mod:`mirl.policy.checkpointing`).
 """
@@ -160,21 +161,34 @@ class HFPolicy:
         entropy = log_z - (logits.softmax(-1) * logits).sum(-1)  # (B, C)
         return logp, entropy
 
-    def _logprobs_from_hidden(self, hidden, targets, *, with_entropy=False, chunk=None, temperature=1.0):
-        """log p(targets[:, t]) under ``logits(hidden[:, t]) / temperature``, chunked over t; (B, T) each."""
+    def _logprobs_from_hidden(self, hidden, targets, *, where=None, with_entropy=False, chunk=None, temperature=1.0):
+        """log p(targets[:, t]) under ``logits(hidden[:, t]) / temperature``; (B, T) each.
+
+        Only the positions where ``where`` (B, T, bool) is True are computed (all when None); the others hold 0 and
+        cost no logits. The computed positions go through the head ``chunk`` at a time.
+        """
         rows, length = targets.shape
+        if where is None:
+            flat_hidden, flat_targets = hidden.flatten(0, 1), targets.flatten()  # (B*T, H), (B*T,)
+        else:
+            flat_hidden, flat_targets = hidden[where], targets[where]  # (N, H), (N,)
         vocab = self.model.get_output_embeddings().weight.shape[0]
-        chunk = chunk or max(1, self.max_logit_elements // max(1, rows * vocab))
+        chunk = chunk or max(1, self.max_logit_elements // vocab)
         pieces = []
-        for start in range(0, length, chunk):
-            args = (hidden[:, start : start + chunk], targets[:, start : start + chunk], with_entropy, temperature)
+        for start in range(0, max(1, len(flat_targets)), chunk):  # one (empty) chunk when N = 0 keeps the graph
+            args = (flat_hidden[start : start + chunk], flat_targets[start : start + chunk], with_entropy, temperature)
             if torch.is_grad_enabled() and hidden.requires_grad:
                 pieces.append(checkpoint(self._chunk_logprobs, *args, use_reentrant=False))
             else:
                 pieces.append(self._chunk_logprobs(*args))
-        logp = torch.cat([piece[0] for piece in pieces], dim=1)  # (B, T)
-        entropy = torch.cat([piece[1] for piece in pieces], dim=1) if with_entropy else None
-        return logp, entropy
+        outputs = [torch.cat([piece[0] for piece in pieces])]  # (N,)
+        if with_entropy:
+            outputs.append(torch.cat([piece[1] for piece in pieces]))  # (N,)
+        if where is None:
+            outputs = [out.view(rows, length) for out in outputs]
+        else:
+            outputs = [out.new_zeros(rows, length).masked_scatter(where, out) for out in outputs]
+        return outputs[0], (outputs[1] if with_entropy else None)
 
     # ------------------------------------------------------------------ training log-probs
 
@@ -186,6 +200,7 @@ class HFPolicy:
         with_entropy: bool = False,
         chunk: int | None = None,
         temperature: float = 1.0,
+        needed: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Per-token log-probs (and entropies) of a padded batch, with gradient.
 
@@ -193,7 +208,9 @@ class HFPolicy:
         ``p_T = softmax(logits / temperature)``: pass the rollout's sampling temperature so the policy being
         optimised is the one that sampled (the PPO ratio at the first update is then exactly 1). Column 0,
         positions where ``attention_mask`` is False and a left-padded row's first real token have no context and
-        hold 0. Positions are ``cumsum(mask) - 1``, so left and right padding both work. ``chunk`` = positions per
+        hold 0. Positions are ``cumsum(mask) - 1``, so left and right padding both work. ``needed`` (B, T, bool), e.g.
+        the response mask, limits the positions computed: the others hold 0 too and cost no logits, which in a
+        multi-turn row (mostly prompt) saves most of the head's compute and memory. ``chunk`` = positions per
         log-softmax chunk (None: from ``max_logit_elements``). Call it inside the trainer's autocast/grad context.
         """
         if not temperature > 0:
@@ -206,20 +223,27 @@ class HFPolicy:
                 f"input_ids and attention_mask must both be (B, T), got {tuple(input_ids.shape)} and "
                 f"{tuple(attention_mask.shape)}"
             )
+        if needed is not None and needed.shape != input_ids.shape:
+            raise ValueError(f"needed must be (B, T) like input_ids, got {tuple(needed.shape)}")
         input_ids = input_ids.to(self.device)
         mask = attention_mask.to(self.device).bool()  # (B, T)
         positions = (mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, T)
+        # a token counts when it and its predecessor are real: column 0 and a left-padded row's first token do not
+        counted = mask & F.pad(mask[:, :-1], (1, 0), value=False)  # (B, T)
+        if needed is not None:
+            counted = counted & needed.to(self.device).bool()
         with checkpointed_layers(self.model, self.activation_checkpointing and torch.is_grad_enabled()):
             hidden = self._backbone(input_ids, mask.long(), positions)  # (B, T, H)
         logp, entropy = self._logprobs_from_hidden(
-            hidden[:, :-1], input_ids[:, 1:], with_entropy=with_entropy, chunk=chunk, temperature=float(temperature)
-        )
-        # a token counts when it and its predecessor are real: column 0 and a left-padded row's first token do not
-        counted = mask & F.pad(mask[:, :-1], (1, 0), value=False)  # (B, T)
-        logp = F.pad(logp, (1, 0)).masked_fill(~counted, 0.0)  # (B, T)
-        if entropy is not None:
-            entropy = F.pad(entropy, (1, 0)).masked_fill(~counted, 0.0)  # (B, T)
-        return logp, entropy
+            hidden[:, :-1],
+            input_ids[:, 1:],
+            where=counted[:, 1:],
+            with_entropy=with_entropy,
+            chunk=chunk,
+            temperature=float(temperature),
+        )  # (B, T - 1) each, 0 where not counted
+        logp = F.pad(logp, (1, 0))  # (B, T)
+        return logp, (F.pad(entropy, (1, 0)) if entropy is not None else None)
 
     # ------------------------------------------------------------------ scoring
 
@@ -235,11 +259,18 @@ class HFPolicy:
         """
         return score_cells(self, prefixes, continuations)
 
-    def _encode_prefix(self, prefix: tuple[int, ...]):
-        ids = torch.tensor([prefix], device=self.device)  # (1, Lp)
-        positions = torch.arange(len(prefix), device=self.device).unsqueeze(0)  # (1, Lp)
-        cache = DynamicCache(config=self.model.config)
-        hidden = self._backbone(ids, torch.ones_like(ids), positions, cache)  # (1, Lp, H)
+    def _encode_prefix(self, prefix: tuple[int, ...], stem=None):
+        """The cache of ``prefix`` (per layer (keys, values), each (1, heads, Lp, d)) and its last hidden state.
+
+        ``stem`` = (cache, length) of ``prefix[:length]`` already encoded: only the rest is encoded, after it (the
+        stem's tensors are left as they are).
+        """
+        kv, start = stem if stem is not None else ([], 0)
+        ids = torch.tensor([prefix[start:]], device=self.device)  # (1, Lp - start)
+        positions = torch.arange(start, len(prefix), device=self.device).unsqueeze(0)  # (1, Lp - start)
+        cache = DynamicCache(list(kv), config=self.model.config) if kv else DynamicCache(config=self.model.config)
+        mask = torch.ones(1, len(prefix), dtype=torch.long, device=self.device)  # (1, Lp)
+        hidden = self._backbone(ids, mask, positions, cache)  # (1, Lp - start, H)
         kv = [(layer.keys, layer.values) for layer in cache.layers]
         return kv, hidden[:, -1:]  # last hidden (1, 1, H) predicts the first continuation token
 

@@ -1,13 +1,16 @@
 """Teacher-forced scoring of many continuations after shared prefixes, for :meth:`HFPolicy.score`.
 
 Each distinct prefix is encoded once (``policy._encode_prefix``) and its cache serves every continuation after it;
-identical cells are scored once. Continuations go packed end to end in unpadded rows (:mod:`mirl.policy.packing`)
-where the attention implementation takes a block mask, else in right-padded micro-batches.
+identical cells are scored once. Prefixes that begin alike (the system prompt and instructions every prompt of a
+task starts with; the first turns a group's trajectories share) have that common stem encoded once too, and each
+extends its cache (:func:`encoded_prefixes`). Continuations go packed end to end in unpadded rows
+(:mod:`mirl.policy.packing`) where the attention implementation takes a block mask, else in right-padded
+micro-batches.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from transformers import DynamicCache
@@ -29,8 +32,8 @@ def score_cells(
     results: list[torch.Tensor] = [torch.zeros(0)] * len(prefixes)
     packed = policy.pack_scoring and getattr(policy.model.config, "_attn_implementation", None) in ("sdpa", "eager")
     score_batch = _score_packed if packed else _score_batch
-    for prefix, rows in groups.items():
-        kv, last_hidden = policy._encode_prefix(prefix)
+    for prefix, kv, last_hidden in encoded_prefixes(policy, list(groups)):
+        rows = groups[prefix]
         copies: dict[tuple[int, ...], list[int]] = {}  # identical cells are scored once
         for i in rows:
             if len(continuations[i]) > 0:
@@ -46,6 +49,49 @@ def score_cells(
                 for i in copies[conts[j]]:
                     results[i] = logp
     return results
+
+
+MIN_STEM = 32  # shared tokens worth a pass of their own (on a CPU a pass costs at least one read of the weights)
+
+
+def encoded_prefixes(policy, prefixes: list[tuple[int, ...]]) -> Iterator[tuple[tuple[int, ...], list, torch.Tensor]]:
+    """``(prefix, cache, last hidden)`` of each distinct non-empty prefix, in sorted order.
+
+    Where several prefixes share at least :data:`MIN_STEM` tokens beyond what is already encoded, those tokens are
+    encoded once and each prefix extends that cache. The keys and values at a position depend only on the tokens up
+    to it, so an extended cache is the full encoding up to float rounding. Only the current path of stems is held.
+    """
+    if prefixes:
+        yield from _walk(policy, sorted(set(prefixes)), None)
+
+
+def _walk(policy, group: list[tuple[int, ...]], stem) -> Iterator:
+    """``group``: sorted distinct prefixes that all extend ``stem`` = (cache, length), or None (nothing encoded)."""
+    start = stem[1] if stem is not None else 0
+    if len(group) == 1:
+        yield group[0], *policy._encode_prefix(group[0], stem)
+        return
+    common = _common_length(group[0], group[-1])  # in sorted order the first and last share the least
+    if common - start >= MIN_STEM:
+        kv, last_hidden = policy._encode_prefix(group[0][:common], stem)
+        stem = (kv, common)
+        if len(group[0]) == common:  # one prefix is the stem itself
+            yield group[0], kv, last_hidden
+            group = group[1:]
+    elif len(group[0]) == common:
+        yield group[0], *policy._encode_prefix(group[0], stem)
+        group = group[1:]
+    # the rest part ways at position `common`: recurse on each run of the same token there
+    while group:
+        token = group[0][common]
+        run = [p for p in group if p[common] == token]  # sorted, so a run is a head of the list
+        group = group[len(run) :]
+        yield from _walk(policy, run, stem)
+
+
+def _common_length(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
 
 
 def _micro_batches(rows: list[int], continuations, prefix_len: int, max_batch_tokens: int):

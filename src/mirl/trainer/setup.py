@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 
 import torch
 
@@ -64,13 +65,14 @@ class _Reference:
         self.model = None if use_adapters else copy.deepcopy(policy.model).requires_grad_(False).eval()
 
     @torch.no_grad()
-    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, needed=None) -> torch.Tensor:
+        logprobs = functools.partial(self.policy.token_logprobs, temperature=self.temperature, needed=needed)
         if self.model is None:
             with self.policy.model.disable_adapter():
-                return self.policy.token_logprobs(input_ids, attention_mask, temperature=self.temperature)[0]
+                return logprobs(input_ids, attention_mask)[0]
         trained, self.policy.model = self.policy.model, self.model
         try:
-            return self.policy.token_logprobs(input_ids, attention_mask, temperature=self.temperature)[0]
+            return logprobs(input_ids, attention_mask)[0]
         finally:
             self.policy.model = trained
 
