@@ -6,10 +6,10 @@
     python benchmarks/step.py --iterations 5 model.name=Qwen/Qwen2.5-0.5B-Instruct
 
 Each setting trains ``configs/quickstart.yaml`` (diagnostics and validation off, so the rollout and the update
-dominate) in its own worker process; the workers take turns, one iteration each, and only one runs at a time. A
-busy spell on a shared machine therefore slows both settings alike instead of deciding the ratio, and the figures
-are medians over the iterations. All settings sample the same instances with the same seeds. Peak memory is each
-worker's own peak RSS (CPU) or peak allocation (GPU) over its whole run.
+dominate) in its own worker process; the workers take turns, one iteration each, and only one runs at a time
+(``_interleave.py``). A busy spell on a shared machine therefore slows both settings alike instead of deciding the
+ratio, and the figures are medians over the iterations. All settings sample the same instances with the same seeds.
+Peak memory is each worker's own peak RSS (CPU) or peak allocation (GPU) over its whole run.
 
 ``--baseline REV`` compares the code instead of a setting: one worker runs the sources and the quickstart config of
 git revision REV (exported to a temporary directory), the other those of the working tree, both with their defaults.
@@ -18,15 +18,13 @@ git revision REV (exported to a temporary directory), the other those of the wor
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from _interleave import export_revision, interleave, serve
 
 COMPARISONS = {
     "filter": {"no filter": ["filter.strategy=none"], "top-p 0.9": ["filter.strategy=top_p", "filter.value=0.9"]},
@@ -68,50 +66,13 @@ def worker(overrides: list[str], out: str) -> None:
     preset = resolve_preset(config.algorithm)
     learner = build_learner(policy, config, preset)
     state = TrainState(diagnostics=DiagnosticsState.from_config(config.diagnostics))
-    print("READY", flush=True)
-    for _ in sys.stdin:
+
+    def iteration() -> dict:
         state.iteration += 1
         metrics, _stop = run_iteration(policy, learner, preset, config, state, run_dir)
-        print("METRICS " + json.dumps({k: v for k, v in metrics.items() if isinstance(v, int | float)}), flush=True)
+        return {k: v for k, v in metrics.items() if isinstance(v, int | float)}
 
-
-def _read(process, prefix: str, name: str) -> str:
-    for line in process.stdout:
-        if line.startswith(prefix):
-            return line.removeprefix(prefix)
-    sys.exit(f"the {name!r} worker ended (exit {process.wait()}) before it answered; its errors are above")
-
-
-def interleave(
-    settings: dict[str, list[str]], iterations: int, extra: list[str], trees: dict[str, Path] | None = None
-) -> dict[str, list[dict]]:
-    """Start one worker per setting, then run iteration 1 of each, iteration 2 of each, ...
-
-    ``trees`` maps a setting to the source tree its worker runs (its ``src`` on the path, its configs); others run
-    this checkout.
-    """
-    workers = {}
-    try:
-        for name, overrides in settings.items():
-            tree = (trees or {}).get(name, ROOT)
-            command = [sys.executable, str(Path(__file__).resolve()), "--worker", name, *overrides, *extra]
-            env = os.environ | {"PYTHONPATH": os.pathsep.join([str(tree / "src"), os.environ.get("PYTHONPATH", "")])}
-            workers[name] = subprocess.Popen(
-                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=tree, env=env
-            )
-            _read(workers[name], "READY", name)  # loading one at a time keeps the workers from racing
-        results = {name: [] for name in settings}
-        for _ in range(iterations):
-            for name, process in workers.items():
-                process.stdin.write("step\n")
-                process.stdin.flush()
-                results[name].append(json.loads(_read(process, "METRICS ", name)))
-        return results
-    finally:
-        for process in workers.values():
-            if process.stdin:
-                process.stdin.close()
-            process.wait()
+    serve(iteration)
 
 
 def summarise(results: dict[str, list[dict]]) -> dict[str, dict[str, float]]:
@@ -124,15 +85,6 @@ def summarise(results: dict[str, list[dict]]) -> dict[str, dict[str, float]]:
             row[key] = max(values) if key == "peak_memory_gb" else statistics.median(values)
         table[name] = row
     return table
-
-
-def _export(revision: str, directory: Path) -> Path:
-    """The files of git revision ``revision`` of this checkout, written under ``directory``."""
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision], capture_output=True, check=False)
-    if archive.returncode != 0:
-        sys.exit(f"step.py: git cannot export revision {revision!r}: {archive.stderr.decode().strip()}")
-    subprocess.run(["tar", "-x", "-C", str(directory)], input=archive.stdout, check=True)
-    return directory
 
 
 def main() -> None:
@@ -152,11 +104,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as exported:
         trees = {}
         if args.baseline:
-            trees = {args.baseline: _export(args.baseline, Path(exported))}
+            trees = {args.baseline: export_revision(args.baseline, Path(exported))}
             settings = {args.baseline: [], "working tree": []}
         else:
             settings = COMPARISONS[args.compare]
-        table = summarise(interleave(settings, args.iterations, args.overrides, trees))
+        arguments = {name: [*overrides, *args.overrides] for name, overrides in settings.items()}
+        table = summarise(interleave(__file__, arguments, args.iterations, trees))
     print(f"medians over {args.iterations} interleaved iterations each (peak memory: maximum)")
     print(f"{'':22s}" + "".join(f"{label:>18s}" for label in table))
     for key in KEYS:
