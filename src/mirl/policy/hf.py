@@ -44,7 +44,7 @@ from transformers import DynamicCache
 
 from mirl.policy.checkpointing import checkpointed_layers
 from mirl.policy.hf_scoring import score_cells
-from mirl.policy.kv import PrefixStore, assemble, length_buckets, reusable, rows_kv
+from mirl.policy.kv import PrefixStore, appendable, assemble, length_buckets, reusable, rows_kv
 from mirl.policy.sampling import check_sampling, end_of_turn_ids, ends_with_stop, sample_tokens, step_uniforms
 from mirl.policy.sources import load_model_and_tokenizer, resolve_device, resolve_dtype
 from mirl.types import Generation, SamplingParams
@@ -302,6 +302,7 @@ class HFPolicy:
         rows = len(prompts)
         cache, hidden, mask, next_pos = self._prefill(prompts)  # cache of B rows, (B, H), (B, L), (B,)
         store = self._store if self._store is not None and reusable(cache) else None
+        appendable(cache)  # decode steps write into spare room instead of copying the cache
         # seed None: one draw from the global generator, so the caller's seeding still decides the samples
         base_seed = int(torch.randint(0, 2**62, ())) if sampling.seed is None else int(sampling.seed)
         out_ids: list[list[int]] = [[] for _ in range(rows)]

@@ -10,6 +10,9 @@ different batch):
   (prompt + reply without its last token, which was sampled but never fed) is kept in a :class:`PrefixStore`,
   and a later prompt that starts with a stored sequence prefills only the tokens after it.
 
+During decoding the cache's layers are :class:`AppendLayer` s: a step writes its keys and values into spare room
+instead of copying the whole cache (``benchmarks/decode.py``: 0.87x the time per step at 16 rows and 500 positions).
+
 Prompts whose new parts differ much in length (a turn where some rows extend a stored cache and others, whose
 history was cut to fit the context budget, start over) are encoded in a few length buckets
 (:func:`length_buckets`) and their caches joined, so padding does not cost as much as the real tokens.
@@ -24,6 +27,7 @@ from collections.abc import Sequence
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values of one row, (heads, S, head_dim) each
 
@@ -74,7 +78,67 @@ class PrefixStore:
 def reusable(cache: DynamicCache) -> bool:
     """Whether every layer is a plain growing cache (rows can be cut out and re-assembled); sliding-window and
     other special layers are not."""
-    return all(type(layer).__name__ == "DynamicLayer" for layer in cache.layers)
+    return all(type(layer) in (DynamicLayer, AppendLayer) for layer in cache.layers)
+
+
+class AppendLayer(DynamicLayer):
+    """A :class:`DynamicLayer` that appends in place: its keys and values are views of buffers with ``room`` spare
+    positions, so a decode step writes one position instead of copying the whole cache (``torch.cat``).
+
+    On SmolLM2-135M at 16 rows and 500 cached positions the copies took about a third of a decode step on a CPU.
+    A buffer is replaced (one copy) only when it is full or something else (``crop`` excepted) replaced the views.
+    """
+
+    room = 128  # spare positions added when a buffer is (re)made
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        length = self.keys.shape[-2] if self.keys.dim() == 4 else 0
+        end = length + key_states.shape[-2]
+        self._key_buffer = _with_room(getattr(self, "_key_buffer", None), self.keys, key_states, end, self.room)
+        self._value_buffer = _with_room(getattr(self, "_value_buffer", None), self.values, value_states, end, self.room)
+        self._key_buffer[..., length:end, :] = key_states
+        self._value_buffer[..., length:end, :] = value_states
+        self.keys, self.values = self._key_buffer[..., :end, :], self._value_buffer[..., :end, :]
+        return self.keys, self.values
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep the rows ``indices``, with their spare positions (one copy)."""
+        if self.is_initialized and self.keys.dim() == 4 and _views(self.keys, getattr(self, "_key_buffer", None)):
+            length = self.keys.shape[-2]
+            self._key_buffer, self._value_buffer = self._key_buffer[indices], self._value_buffer[indices]
+            self.keys, self.values = self._key_buffer[..., :length, :], self._value_buffer[..., :length, :]
+        else:
+            super().batch_select_indices(indices)
+
+
+def appendable(cache: DynamicCache) -> DynamicCache:
+    """``cache`` with each plain :class:`DynamicLayer` turned into an :class:`AppendLayer` (same keys and values)."""
+    for layer in cache.layers:
+        if type(layer) is DynamicLayer:
+            layer.__class__ = AppendLayer
+    return cache
+
+
+def _views(current: torch.Tensor, buffer: torch.Tensor | None) -> bool:
+    """Whether ``current`` is the head of ``buffer`` (same rows, heads and strides, from its first element)."""
+    return (
+        buffer is not None
+        and current.data_ptr() == buffer.data_ptr()
+        and current.shape[:2] == buffer.shape[:2]
+        and current.stride() == buffer.stride()
+    )
+
+
+def _with_room(buffer, current: torch.Tensor, new: torch.Tensor, end: int, room: int) -> torch.Tensor:
+    """A buffer whose head holds ``current`` and that has room up to position ``end``: ``buffer`` when it is one."""
+    if current.dim() == 4 and _views(current, buffer) and buffer.shape[-2] >= end:
+        return buffer
+    grown = new.new_empty(*new.shape[:-2], end + room, new.shape[-1])  # (B, heads, end + room, head_dim)
+    if current.dim() == 4 and current.shape[-2]:
+        grown[..., : current.shape[-2], :] = current
+    return grown
 
 
 def rows_kv(cache: DynamicCache, rows: Sequence[int], mask: torch.Tensor) -> list[KV]:
