@@ -24,11 +24,8 @@ Training log-probs (:meth:`HFPolicy.token_logprobs`) take the sampling temperatu
 that sampled (as veRL's actor does); :meth:`HFPolicy.score` (cross-scoring for the diagnostics) stays at
 temperature 1, its documented definition.
 
-Logits are ``lm_head(last_hidden_state)`` (with Gemma-2 style final soft-capping when the config sets it), computed
-only at the positions asked for (real tokens; the response tokens when the trainer passes ``needed``), in chunks of
-positions so the (positions, V) tensor never exceeds ``max_logit_elements``. With gradient
-enabled each chunk is checkpointed, so the backward pass also keeps only one chunk of logits alive; with
-``activation_checkpointing`` the decoder layers are checkpointed too (:mod:`mirl.policy.checkpointing`).
+Logits are ``lm_head(last_hidden_state)`` (with Gemma-2 style final soft-capping when the config sets it); how the
+log-probs are chunked, restricted and checkpointed is in :mod:`mirl.policy.hf_logprobs`.
 """
 
 from __future__ import annotations
@@ -38,11 +35,9 @@ import os
 from collections.abc import Iterable, Sequence
 
 import torch
-import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
 from transformers import DynamicCache
 
-from mirl.policy.checkpointing import checkpointed_layers
+from mirl.policy.hf_logprobs import token_logprobs
 from mirl.policy.hf_scoring import score_cells
 from mirl.policy.kv import PrefixStore, appendable, assemble, length_buckets, reusable, rows_kv
 from mirl.policy.sampling import check_sampling, end_of_turn_ids, ends_with_stop, sample_tokens, step_uniforms
@@ -149,47 +144,6 @@ class HFPolicy:
         cap = getattr(self.model.config, "final_logit_softcapping", None)
         return torch.tanh(logits / cap) * cap if cap else logits
 
-    def _chunk_logprobs(self, hidden: torch.Tensor, targets: torch.Tensor, with_entropy: bool, temperature: float):
-        logits = self._head(hidden)  # (B, C, V)
-        if temperature != 1.0:
-            logits = logits / temperature  # the distribution the rollout sampled from
-        log_z = logits.logsumexp(-1)  # (B, C)
-        logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_z  # (B, C)
-        if not with_entropy:
-            return (logp,)
-        # H = -sum_v p_v log p_v = log Z - sum_v p_v * logit_v
-        entropy = log_z - (logits.softmax(-1) * logits).sum(-1)  # (B, C)
-        return logp, entropy
-
-    def _logprobs_from_hidden(self, hidden, targets, *, where=None, with_entropy=False, chunk=None, temperature=1.0):
-        """log p(targets[:, t]) under ``logits(hidden[:, t]) / temperature``; (B, T) each.
-
-        Only the positions where ``where`` (B, T, bool) is True are computed (all when None); the others hold 0 and
-        cost no logits. The computed positions go through the head ``chunk`` at a time.
-        """
-        rows, length = targets.shape
-        if where is None:
-            flat_hidden, flat_targets = hidden.flatten(0, 1), targets.flatten()  # (B*T, H), (B*T,)
-        else:
-            flat_hidden, flat_targets = hidden[where], targets[where]  # (N, H), (N,)
-        vocab = self.model.get_output_embeddings().weight.shape[0]
-        chunk = chunk or max(1, self.max_logit_elements // vocab)
-        pieces = []
-        for start in range(0, max(1, len(flat_targets)), chunk):  # one (empty) chunk when N = 0 keeps the graph
-            args = (flat_hidden[start : start + chunk], flat_targets[start : start + chunk], with_entropy, temperature)
-            if torch.is_grad_enabled() and hidden.requires_grad:
-                pieces.append(checkpoint(self._chunk_logprobs, *args, use_reentrant=False))
-            else:
-                pieces.append(self._chunk_logprobs(*args))
-        outputs = [torch.cat([piece[0] for piece in pieces])]  # (N,)
-        if with_entropy:
-            outputs.append(torch.cat([piece[1] for piece in pieces]))  # (N,)
-        if where is None:
-            outputs = [out.view(rows, length) for out in outputs]
-        else:
-            outputs = [out.new_zeros(rows, length).masked_scatter(where, out) for out in outputs]
-        return outputs[0], (outputs[1] if with_entropy else None)
-
     # ------------------------------------------------------------------ training log-probs
 
     def token_logprobs(
@@ -202,48 +156,10 @@ class HFPolicy:
         temperature: float = 1.0,
         needed: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Per-token log-probs (and entropies) of a padded batch, with gradient.
-
-        ``logp[:, t] = log p_T(ids[t] | ids[<t])`` and ``entropy[:, t] = H(p_T(. | ids[<t]))`` with
-        ``p_T = softmax(logits / temperature)``: pass the rollout's sampling temperature so the policy being
-        optimised is the one that sampled (the PPO ratio at the first update is then exactly 1). Column 0,
-        positions where ``attention_mask`` is False and a left-padded row's first real token have no context and
-        hold 0. Positions are ``cumsum(mask) - 1``, so left and right padding both work. ``needed`` (B, T, bool), e.g.
-        the response mask, limits the positions computed: the others hold 0 too and cost no logits, which in a
-        multi-turn row (mostly prompt) saves most of the head's compute and memory. ``chunk`` = positions per
-        log-softmax chunk (None: from ``max_logit_elements``). Call it inside the trainer's autocast/grad context.
-        """
-        if not temperature > 0:
-            raise ValueError(
-                f"temperature must be > 0 (the sampling temperature of the rollout), got {temperature}; greedy "
-                "replies (temperature 0) carry log-probs at temperature 1, so pass temperature=1.0 for them"
-            )
-        if input_ids.dim() != 2 or input_ids.shape != attention_mask.shape:
-            raise ValueError(
-                f"input_ids and attention_mask must both be (B, T), got {tuple(input_ids.shape)} and "
-                f"{tuple(attention_mask.shape)}"
-            )
-        if needed is not None and needed.shape != input_ids.shape:
-            raise ValueError(f"needed must be (B, T) like input_ids, got {tuple(needed.shape)}")
-        input_ids = input_ids.to(self.device)
-        mask = attention_mask.to(self.device).bool()  # (B, T)
-        positions = (mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, T)
-        # a token counts when it and its predecessor are real: column 0 and a left-padded row's first token do not
-        counted = mask & F.pad(mask[:, :-1], (1, 0), value=False)  # (B, T)
-        if needed is not None:
-            counted = counted & needed.to(self.device).bool()
-        with checkpointed_layers(self.model, self.activation_checkpointing and torch.is_grad_enabled()):
-            hidden = self._backbone(input_ids, mask.long(), positions)  # (B, T, H)
-        logp, entropy = self._logprobs_from_hidden(
-            hidden[:, :-1],
-            input_ids[:, 1:],
-            where=counted[:, 1:],
-            with_entropy=with_entropy,
-            chunk=chunk,
-            temperature=float(temperature),
-        )  # (B, T - 1) each, 0 where not counted
-        logp = F.pad(logp, (1, 0))  # (B, T)
-        return logp, (F.pad(entropy, (1, 0)) if entropy is not None else None)
+        """Per-token log-probs (and entropies) of a padded batch, with gradient: see
+        :func:`mirl.policy.hf_logprobs.token_logprobs`."""
+        options = {"with_entropy": with_entropy, "chunk": chunk, "temperature": temperature, "needed": needed}
+        return token_logprobs(self, input_ids, attention_mask, **options)
 
     # ------------------------------------------------------------------ scoring
 

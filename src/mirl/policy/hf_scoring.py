@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 import torch
 from transformers import DynamicCache
 
+from mirl.policy.hf_logprobs import logprobs_from_hidden
 from mirl.policy.packing import pack, packed_inputs
 
 
@@ -122,7 +123,7 @@ def _score_batch(policy, kv, last_hidden, conts) -> list[torch.Tensor]:
     )
     hidden = policy._backbone(ids, mask, positions, cache)  # (n, Lc, H)
     predictors = torch.cat([last_hidden.expand(rows, -1, -1), hidden[:, :-1]], dim=1)  # (n, Lc, H)
-    logp, _ = policy._logprobs_from_hidden(predictors, ids)  # (n, Lc)
+    logp, _ = logprobs_from_hidden(policy, predictors, ids)  # (n, Lc)
     return [logp[r, : len(cont)].float().cpu() for r, cont in enumerate(conts)]
 
 
@@ -132,5 +133,5 @@ def _score_packed(policy, kv, last_hidden, conts) -> list[torch.Tensor]:
     cache = DynamicCache([(k, v) for k, v in kv], config=policy.model.config)
     hidden = policy._backbone(ids, mask, positions, cache)  # (1, S, H)
     predictors = torch.cat([last_hidden, hidden], dim=1)[:, predictor]  # (1, S, H)
-    logp, _ = policy._logprobs_from_hidden(predictors, ids)  # (1, S)
+    logp, _ = logprobs_from_hidden(policy, predictors, ids)  # (1, S)
     return [part.float().cpu() for part in logp[0].split([len(c) for c in conts])]
