@@ -4,7 +4,7 @@ the BM25 search behind SearchQA and WebShop (index build time and size, second-s
 Run: ``python benchmarks/envs.py [--resets 2000] [--steps 20000] [--queries 2000]``. Resets use seeds
 0..resets-1 on one instance. Steps replay :func:`mirl.envs.checker.probe_actions` (legal words and junk, or
 free-form answers), resetting with the next seed whenever an episode ends; the reset time is excluded from the
-step figure. The Sokoban line times :func:`mirl.envs.sokoban.generate_room` alone on 6x6 rooms with one box.
+step figure. The Sokoban line times :func:`mirl.envs.grid.sokoban.generate_room` alone on 6x6 rooms with one box.
 
 BM25 lines, for the default SearchQA corpus (20k passages) and the default WebShop catalogue (2000 products):
 "build" indexes and saves into an empty temporary cache; "load" is a second start with that cache (a new
@@ -25,7 +25,7 @@ import numpy as np
 
 from mirl.envs import make, registry, retrieval
 from mirl.envs.checker import probe_actions
-from mirl.envs.sokoban import generate_room
+from mirl.envs.grid.sokoban import generate_room
 
 
 def reset_rate(name: str, resets: int) -> float:

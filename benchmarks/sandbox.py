@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 
-from mirl.envs.sandbox import Job, SandboxPool, isolation_report
+from mirl.envs.code.sandbox import Job, SandboxPool, isolation_report
 
 TRIVIAL = Job("pass")
 

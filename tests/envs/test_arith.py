@@ -1,4 +1,4 @@
-"""mirl.envs.arith: exact values checked by hand, hostile inputs, limits, parity with direct Fraction arithmetic."""
+"""mirl.envs.math.arith: exact values by hand, hostile inputs, limits, parity with direct Fraction arithmetic."""
 
 import ast
 import builtins
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import mirl.envs.arith as arith
-from mirl.envs.arith import ArithResult, Limits, evaluate
+import mirl.envs.math.arith as arith
+from mirl.envs.math.arith import ArithResult, Limits, evaluate
 
 
 @pytest.mark.parametrize(

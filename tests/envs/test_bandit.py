@@ -7,7 +7,7 @@ import math
 import pytest
 
 from mirl.envs import make
-from mirl.envs.bandit import NAME_PAIRS
+from mirl.envs.toy.bandit import NAME_PAIRS
 
 
 def test_declares_a_single_turn_env():

@@ -6,7 +6,7 @@ import importlib
 import pytest
 
 
-@pytest.mark.parametrize("name", ["mirl.envs.sandbox", "mirl.envs.deepcoder", "mirl.cli.envs"])
+@pytest.mark.parametrize("name", ["mirl.envs.code.sandbox", "mirl.envs.code.deepcoder", "mirl.cli.envs"])
 def test_docstring_examples(name):
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0, result

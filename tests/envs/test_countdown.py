@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 import mirl.envs.data as data
 from mirl.envs import check_env, make
-from mirl.envs.arith import evaluate
-from mirl.envs.countdown import HF_DATASET, Countdown, generate, instance_key
 from mirl.envs.data import split_of
+from mirl.envs.math.arith import evaluate
+from mirl.envs.math.countdown import HF_DATASET, Countdown, generate, instance_key
 
 FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "countdown_tiny.jsonl"
 FIXTURE_ROWS = [json.loads(line) for line in FIXTURE.read_text().splitlines()]

@@ -10,8 +10,8 @@ import types
 import pytest
 
 import mirl.envs.data as data
-from mirl.envs.countdown import instance_key
 from mirl.envs.data import VALIDATION_FRACTION, RowView, load_rows, row_for_seed, split_of
+from mirl.envs.math.countdown import instance_key
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 COUNTDOWN = FIXTURES / "countdown_tiny.jsonl"

@@ -9,11 +9,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mirl.envs import make
-from mirl.envs.code_problems import CodeProblem, CodeTest, hf_table, humaneval_problems, humaneval_tests
-from mirl.envs.code_templates import TEMPLATES
+from mirl.envs.code.deepcoder import extract_program, judge, syntax_error
+from mirl.envs.code.problems import CodeProblem, CodeTest, hf_table, humaneval_problems, humaneval_tests
+from mirl.envs.code.sandbox import Limits, SandboxPool
+from mirl.envs.code.templates import TEMPLATES
 from mirl.envs.data import split_of
-from mirl.envs.deepcoder import extract_program, judge, syntax_error
-from mirl.envs.sandbox import Limits, SandboxPool
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "deepcoder")
 LIMITS = Limits(timeout_s=2.0)

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from mirl.envs import make
-from mirl.envs.frozenlake import PERPENDICULAR, slip
 from mirl.envs.grid import step_cell
-from mirl.envs.solvers import solve_frozenlake
+from mirl.envs.grid.frozenlake import PERPENDICULAR, slip
+from mirl.envs.grid.solvers import solve_frozenlake
 
 SEED_0_GRID = "____\nPG__\n_O__\n____"
 

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 import mirl.envs.data as data
-import mirl.envs.metamath as metamath
+import mirl.envs.math.metamath as metamath
 from mirl.envs import check_env, make
 from mirl.envs.data import split_of
-from mirl.envs.metamath import (
+from mirl.envs.math.metamath import (
     CORRECT,
     HF_DATASET,
     INCORRECT,

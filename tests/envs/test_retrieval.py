@@ -11,8 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
-from mirl.envs import retrieval
-from mirl.envs.retrieval import BM25Retriever, HttpRetriever, Retriever, tokenize
+from mirl.envs.search import retrieval
+from mirl.envs.search.retrieval import BM25Retriever, HttpRetriever, Retriever, tokenize
 
 CORPUS = ["apple banana", "apple apple cherry", "banana", "durian elderberry fig"]
 

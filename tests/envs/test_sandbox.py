@@ -14,9 +14,9 @@ import time
 
 import pytest
 
-from mirl.envs.code_problems import CodeProblem, CodeTest
-from mirl.envs.deepcoder import judge
-from mirl.envs.sandbox import Call, Job, Limits, SandboxPool, isolation_report, text_matches, values_match
+from mirl.envs.code.deepcoder import judge
+from mirl.envs.code.problems import CodeProblem, CodeTest
+from mirl.envs.code.sandbox import Call, Job, Limits, SandboxPool, isolation_report, text_matches, values_match
 
 LIMITS = Limits(timeout_s=1.0, memory_mb=256, file_mb=8, processes=16, stdout_bytes=1 << 16, stderr_bytes=1 << 14)
 ROOT = os.geteuid() == 0
@@ -191,7 +191,7 @@ def test_files_left_behind_vanish_and_project_files_are_hidden(pool):
     flood = run(pool, "for n in range(100):\n    open(f'/tmp/f{n}', 'wb').write(b'x' * (7 << 20))")
     assert flood.reason == "output_limit" and "No space left on device" in flood.stderr  # the tmpfs is capped
     # the project, its data and the installed packages are hidden, so no expected output can be read from disk
-    import mirl.envs.sandbox as module
+    import mirl.envs.code.sandbox as module
 
     for path in (module.__file__, os.path.dirname(pytest.__file__), os.path.dirname(__file__)):
         hidden = run(pool, f"import os\nprint(os.path.exists({path!r}))")

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from mirl.envs import check_env, commands, make, retrieval, searchqa
 from mirl.envs.data import clear_caches, split_of
-from mirl.envs.searchqa import answer_reward, normalize_answer, token_f1
+from mirl.envs.search.searchqa import answer_reward, normalize_answer, token_f1
 
 FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "hotpotqa_tiny.jsonl"
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from mirl.envs import make
-from mirl.envs.sokoban import Room, SokobanEnv, generate_room
-from mirl.envs.solvers import solve_sokoban
+from mirl.envs.grid.sokoban import Room, SokobanEnv, generate_room
+from mirl.envs.grid.solvers import solve_sokoban
 
 SEED_3_GRID = "######\n#____#\n#_PX_#\n#_O###\n#_####\n######"
 

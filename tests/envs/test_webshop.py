@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 from rapidfuzz import fuzz
 
 from mirl.envs import catalogue, check_env, make, shop_reward, webshop_data
-from mirl.envs.catalogue import CATEGORIES, Goal, Product, generate_catalogue, goal_instruction
 from mirl.envs.data import split_of
-from mirl.envs.shop_reward import score, type_reward
-from mirl.envs.webshop import goal_key
-from mirl.envs.webshop_data import load_webshop, parse_price
+from mirl.envs.shop.catalogue import CATEGORIES, Goal, Product, generate_catalogue, goal_instruction
+from mirl.envs.shop.data import load_webshop, parse_price
+from mirl.envs.shop.reward import score, type_reward
+from mirl.envs.shop.webshop import goal_key
 
 FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "webshop"
 

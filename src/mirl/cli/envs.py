@@ -101,7 +101,7 @@ def run_envs(args: argparse.Namespace) -> int:
         for setting, doc in settings:
             print(f"    {setting:<{column}}  {doc}".rstrip())
     if "deepcoder" in names:  # what the code sandbox can guarantee on this machine
-        from mirl.envs.sandbox import isolation_report
+        from mirl.envs.code.sandbox import isolation_report
 
         print(f"\n{isolation_report()}")
     return 0

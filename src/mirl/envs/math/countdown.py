@@ -5,7 +5,7 @@ Observation:
 
 Actions:
     One free-form answer: an arithmetic expression with integers, ``+ - * /``, unary minus and parentheses,
-    read by the whitelisted evaluator :mod:`mirl.envs.arith` (exact fractions, never Python ``eval``).
+    read by the whitelisted evaluator :mod:`mirl.envs.math.arith` (exact fractions, never Python ``eval``).
     Anything else (``=``, names, calls, ``**``, decimals) or a value past the evaluator's limits does not
     parse.
 
@@ -48,9 +48,9 @@ from typing import Any
 
 import numpy as np
 
-from mirl.envs.arith import evaluate
 from mirl.envs.base import TextEnv
 from mirl.envs.data import SOURCES, SPLITS, check_choice, load_rows, row_for_seed, split_of
+from mirl.envs.math.arith import evaluate
 from mirl.envs.registry import register
 
 MODES = ("plus_minus", "all_ops")
@@ -104,7 +104,7 @@ def generate(
 ) -> CountdownInstance:
     """Draw candidates from ``rng`` until one is solvable in ``mode`` and its key hashes into ``split``.
 
-    A candidate is kept only if the evaluator itself accepts its witness (within :class:`~mirl.envs.arith.Limits`)
+    A candidate is kept only if the evaluator itself accepts its witness (within :class:`~mirl.envs.math.arith.Limits`)
     with the target as value, so every instance has an answer that earns reward 1.
     """
     draw = _draw_plus_minus if mode == "plus_minus" else _draw_all_ops

@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from mirl.envs.base import TextEnv
-from mirl.envs.grid import check_no_options, pick
+from mirl.envs.grid.board import check_no_options, pick
 from mirl.envs.registry import register
 
 # (low-risk name, high-risk name)

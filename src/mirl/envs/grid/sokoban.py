@@ -23,7 +23,7 @@ Generation:
     Per seed, all draws from the env RNG: a random walk with random turns carves floor out of the interior;
     targets go on random floor cells; a reverse breadth-first search from the solved room, in which the player
     pulls boxes, labels every state with its exact optimal solution length up to ``max_solution_moves`` (the
-    reverse graph is the forward graph turned round, see :mod:`mirl.envs.solvers`); the state with most boxes
+    reverse graph is the forward graph turned round, see :mod:`mirl.envs.grid.solvers`); the state with most boxes
     off target, then the largest box displacement (Manhattan distance to the nearest target), then the longest
     optimal solution is kept, ties drawn at random; the player then takes a few random walking steps that keep
     the optimum within bound. Rooms with no box off target are redrawn. Every room is solvable in
@@ -46,9 +46,9 @@ from typing import Any
 import numpy as np
 
 from mirl.envs.base import TextEnv
-from mirl.envs.grid import MOVES, Cell, check_no_options, check_view, coordinate_header, pick, render_board
+from mirl.envs.grid.board import MOVES, Cell, check_no_options, check_view, coordinate_header, pick, render_board
+from mirl.envs.grid.solvers import SokobanState, sokoban_distances, sokoban_push
 from mirl.envs.registry import register
-from mirl.envs.solvers import SokobanState, sokoban_distances, sokoban_push
 
 STEP_REWARD, BOX_REWARD, SOLVED_REWARD = -0.1, 1.0, 10.0
 _TURN_PROBABILITY = 0.35  # chance the carving walk picks a new random direction at each step

@@ -1,6 +1,6 @@
 """The sandbox worker: a long-lived process that forks one child per request and runs untrusted Python in it.
 
-Started by :mod:`mirl.envs.sandbox` as ``python -I -S sandbox_worker.py CONFIG`` (isolated, no site-packages, an
+Started by :mod:`mirl.envs.code.sandbox` as ``python -I -S sandbox_worker.py CONFIG`` (isolated, no site-packages, an
 empty environment, its own session). It imports the standard library only, never mirl.
 
 Why a long-lived worker. The interpreter of this machine may live under a directory only root can read, so a
@@ -57,7 +57,7 @@ PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS, CLONE_NEWNET, CLONE_NEWNS = 36, 38,
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 0x1, 0x2, 0x4, 0x8, 0x4000, 0x40000
 SYSTEM_DIRS = {"bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "run", "sbin", "sys", "tmp"}
 SYSTEM_DIRS |= {"usr", "var"}  # top-level dirs left visible; the others (projects, homes, data) are hidden
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # holds mirl
+PACKAGE_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))  # holds mirl (src/)
 SYS_MOUNT_SETATTR, AT_RECURSIVE, MOUNT_ATTR_RDONLY = 442, 0x8000, 0x1  # x86-64 and arm64 share the number
 SCRATCH = {"/tmp": 64, "/var/tmp": 16, "/dev/shm": 16}  # world-writable dirs -> MB of the private tmpfs on each
 LIBC = ctypes.CDLL(None, use_errno=True)

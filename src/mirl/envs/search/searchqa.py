@@ -21,15 +21,15 @@ Termination:
 
 Instances:
     ``source="synthetic"`` (offline default): questions over the fictional knowledge base of
-    :mod:`mirl.envs.knowledge` (``corpus_size`` passages, generated from ``kb_seed``), single-hop, bridge and
+    :mod:`mirl.envs.search.knowledge` (``corpus_size`` passages, generated from ``kb_seed``), single-hop, bridge and
     comparison kinds in equal shares; train and validation questions are disjoint by a hash of the question
-    text (:func:`mirl.envs.data.split_of`). Retrieval is BM25 (:mod:`mirl.envs.retrieval`, extra
+    text (:func:`mirl.envs.data.split_of`). Retrieval is BM25 (:mod:`mirl.envs.search.retrieval`, extra
     ``mirl[search]``), the index cached on disk. ``source="hf"``: HotpotQA (``hotpotqa/hotpot_qa``, distractor
     setting, its own train/validation splits); ``source="local"``: a ``.jsonl``/``.parquet`` file with the same
     columns (``question``, ``answer``, ``context``), split by a hash of the question. For HotpotQA rows each
     question's ten context paragraphs form its corpus, unless ``corpus_path`` names a shared corpus file (JSON
     lines with ``contents`` = ``"Title"\\ntext``, the reference's format, or ``title`` and ``text``).
-    ``retriever_url`` replaces BM25 by a retrieval server (:class:`~mirl.envs.retrieval.HttpRetriever`).
+    ``retriever_url`` replaces BM25 by a retrieval server (:class:`~mirl.envs.search.retrieval.HttpRetriever`).
 
 Arguments:
     source: "synthetic" (offline knowledge base), "hf" (HotpotQA from the hub) or "local" (a HotpotQA-schema file).
@@ -58,9 +58,9 @@ from typing import Any
 from mirl.envs.base import TextEnv
 from mirl.envs.commands import parse_command, shorten
 from mirl.envs.data import SPLITS, check_choice, load_rows, row_for_seed, split_of
-from mirl.envs.knowledge import KnowledgeBase, draw_question, generate_kb
 from mirl.envs.registry import register
-from mirl.envs.retrieval import BM25Retriever, HttpRetriever, Retriever
+from mirl.envs.search.knowledge import KnowledgeBase, draw_question, generate_kb
+from mirl.envs.search.retrieval import BM25Retriever, HttpRetriever, Retriever
 
 HF_DATASET = "hotpotqa/hotpot_qa"
 HF_CONFIG = "distractor"

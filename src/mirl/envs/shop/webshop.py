@@ -16,7 +16,7 @@ Actions:
     (the first option holding that value); selections last while the item stays open.
 
 Reward:
-    At ``buy now``: the raw score of :mod:`mirl.envs.shop_reward`, ``r_type * (matched attributes + matched
+    At ``buy now``: the raw score of :mod:`mirl.envs.shop.reward`, ``r_type * (matched attributes + matched
     options + price within cap) / (attributes + options + 1)``, with ``reward="raw"`` (default: dense, as the
     paper's table); or the reference's binarised success, 1 iff the raw score is 1, with ``reward="binary"``.
     ``info`` carries ``raw_score`` and its parts. Every other step earns 0.
@@ -26,11 +26,11 @@ Termination:
     valid actions without buying (the reference's budget of 9). Later steps are invalid and change nothing.
 
 Instances:
-    ``source="synthetic"`` (offline default): the catalogue of :mod:`mirl.envs.catalogue` (``num_products``
+    ``source="synthetic"`` (offline default): the catalogue of :mod:`mirl.envs.shop.catalogue` (``num_products``
     products from ``catalogue_seed``); the reset seed draws the goal; train and validation goals are disjoint by a
     hash of ASIN and instruction. ``source="local"``: the real WebShop files in the directory ``path``
-    (:mod:`mirl.envs.webshop_data`), goals from the human instructions. Search is BM25 over each product's
-    title, attributes, option values, features and description (:mod:`mirl.envs.retrieval`).
+    (:mod:`mirl.envs.shop.data`), goals from the human instructions. Search is BM25 over each product's
+    title, attributes, option values, features and description (:mod:`mirl.envs.search.retrieval`).
 
 Arguments:
     source: "synthetic" (offline catalogue) or "local" (a directory with the real WebShop JSON files).
@@ -49,12 +49,12 @@ import functools
 from typing import Any
 
 from mirl.envs.base import TextEnv
-from mirl.envs.catalogue import Goal, Product, draw_goal, generate_catalogue
 from mirl.envs.commands import parse_command, shorten
 from mirl.envs.data import SPLITS, check_choice, row_for_seed, split_of
 from mirl.envs.registry import register
-from mirl.envs.retrieval import BM25Retriever
-from mirl.envs.shop_reward import score
+from mirl.envs.search.retrieval import BM25Retriever
+from mirl.envs.shop.catalogue import Goal, Product, draw_goal, generate_catalogue
+from mirl.envs.shop.reward import score
 
 PER_PAGE, MAX_RESULTS = 10, 50
 BACK, NEXT, PREV, BUY = "back to search", "next >", "< prev", "buy now"
@@ -110,7 +110,7 @@ class WebShop(TextEnv):
         else:
             if path is None:
                 raise ValueError("source='local' needs path=<directory with the WebShop items and instruction files>")
-            from mirl.envs.webshop_data import load_webshop
+            from mirl.envs.shop.data import load_webshop
 
             self.products, goals = load_webshop(path)
             self.goals = tuple(goal for goal in goals if split_of(goal_key(goal)) == split)

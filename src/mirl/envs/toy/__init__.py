@@ -1,0 +1,1 @@
+"""Toy environments for checking the machinery: the two-armed Bandit."""
