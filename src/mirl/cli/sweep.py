@@ -42,6 +42,7 @@ def register(subparsers) -> None:
             "correlation",
             "regimes",
             "gradients",
+            "leadlag",
         ),
         help="analysis to write (repeatable; default: table)",
     )

@@ -17,6 +17,9 @@ Kinds (``mirl analyze SWEEP_DIR --kind KIND``):
 - ``gradients``: the gradient decomposition (``diagnostics.gradient_every``) per reward-spread bucket: the
   bucket's mean spread and the norms of its task, entropy and KL gradients, mean +- standard error over every
   (run, iteration) that logged them (the paper's Fig. 3).
+- ``leadlag``: does MI fall before success does (the paper's Fig. 5 claim)? Per run, the decline onsets of MI-Est
+  and of training success and their difference; over runs, the lagged correlation of their changes
+  (:mod:`mirl.experiments.leadlag`).
 
 Per-run numbers are defined in :mod:`mirl.experiments.collect`.
 """
@@ -32,6 +35,7 @@ import numpy as np
 
 from mirl.errors import UserError
 from mirl.experiments.collect import RunRecord
+from mirl.experiments.leadlag import decline_onset, lagged_correlation, ordering
 from mirl.experiments.stats import bootstrap_ci, mean_sem, spearman
 
 MI_FAMILY = ("mi_estimate", "mi_zscore", "mi_zscore_ema", "retrieval_acc", "retrieval_above_chance")
@@ -62,6 +66,7 @@ class Table:
     rows: list[dict] = field(default_factory=list)  # column -> str | float | Stat
     series: dict[str, list[tuple[float, Stat, str]]] = field(default_factory=dict)  # for figures
     notes: list[str] = field(default_factory=list)
+    footer: str = "Values: mean ± standard error over seeds (n runs per cell in `runs`)."
 
 
 def stat(runs: list[RunRecord], number: str) -> Stat:
@@ -230,6 +235,7 @@ def correlation(records: list[RunRecord], *, resamples: int = 2000, **_) -> Tabl
         )
     if not table.rows:
         raise AnalysisError("fewer than 3 runs logged both success and diagnostics; correlation needs more runs")
+    table.footer = "rho: Spearman's rank correlation across runs; interval: 95 % percentile bootstrap over runs."
     return table
 
 
@@ -265,6 +271,7 @@ def regimes(records: list[RunRecord], **_) -> Table:
         table.series[r.name] = [(float(a), Stat(float(b), math.nan, 1), r.name) for a, b in zip(hs, ms, strict=True)]
     if not table.rows:
         raise AnalysisError("no run logged MI diagnostics; enable diagnostics in the sweep's base config")
+    table.footer = "Values: one run per row, its first and last diagnosed iteration (trajectory scope, else first)."
     return table
 
 
@@ -288,6 +295,64 @@ def gradients(records: list[RunRecord], **_) -> Table:
     if not table.rows:
         raise AnalysisError("no run logged the gradient decomposition; set diagnostics.gradient_every >= 1")
     table.notes.append("b0 holds the lowest-spread groups; every bucket holds whole prompt groups.")
+    table.footer = (
+        "Values: mean ± standard error over every (run, iteration) that logged the bucket; iterations of one run "
+        "are not independent, so with few runs this understates the uncertainty."
+    )
+    return table
+
+
+def _aligned(record: RunRecord) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Iterations where both MI-Est and training success were logged, with both values there."""
+    mi, success = record.scoped("mi_estimate"), record.series("rollout/success")
+    if mi is None or success is None:
+        return None
+    common = np.intersect1d(mi.iterations, success.iterations)
+    if common.size < 3:
+        return None
+    pick = lambda s: s.values[np.isin(s.iterations, common)]  # noqa: E731
+    return common, pick(mi), pick(success)
+
+
+def leadlag(records: list[RunRecord], *, frac: float = 0.5, max_lag: int = 3, **_) -> Table:
+    _require(records)
+    columns = ["run", "iterations", "mi_onset", "success_onset", "lead", "order"]
+    table = Table("leadlag", "Does MI fall before success does?", columns)
+    mi_runs, success_runs = [], []
+    for r in records:
+        aligned = _aligned(r)
+        if aligned is None:
+            continue
+        its, mi, success = aligned
+        mi_on, success_on = decline_onset(its, mi, frac=frac), decline_onset(its, success, frac=frac)
+        lead = float(success_on - mi_on) if mi_on is not None and success_on is not None else math.nan
+        table.rows.append(
+            {
+                "run": r.name,
+                "iterations": float(its.size),
+                "mi_onset": math.nan if mi_on is None else float(mi_on),
+                "success_onset": math.nan if success_on is None else float(success_on),
+                "lead": lead,
+                "order": ordering(lead, mi_on is not None, success_on is not None),
+            }
+        )
+        mi_runs.append(mi)
+        success_runs.append(success)
+    if not table.rows:
+        raise AnalysisError(
+            "no run logged MI-Est and rollout/success at 3 or more common iterations; set diagnostics.every=1"
+        )
+    for lag in range(-max_lag, max_lag + 1):
+        r_lag, pairs = lagged_correlation(mi_runs, success_runs, lag=lag)
+        table.series.setdefault("xcorr|all runs", []).append((float(lag), Stat(r_lag, math.nan, pairs), "all runs"))
+    counts = {o: sum(row["order"] == o for row in table.rows) for o in dict.fromkeys(r["order"] for r in table.rows)}
+    table.notes.append("Runs by order: " + ", ".join(f"{o}: {n}" for o, n in counts.items()) + ".")
+    table.footer = (
+        f"Values: one run per row. Onset: first iteration of a lasting fall of at least {frac:g} of the series' "
+        "range (MI-Est, trajectory scope else first turn; training success); lead = success onset - MI onset, "
+        "positive when MI fell first. The figure pools every run's standardised changes: Pearson's r of dMI_t "
+        "with dsuccess_(t+lag)."
+    )
     return table
 
 
@@ -305,4 +370,5 @@ KINDS: dict[str, Callable[..., Table]] = {
     "correlation": correlation,
     "regimes": regimes,
     "gradients": gradients,
+    "leadlag": leadlag,
 }

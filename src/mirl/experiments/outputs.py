@@ -27,7 +27,7 @@ def _text(value) -> str:
 def markdown(table: Table) -> str:
     lines = [f"## {table.title}", "", "| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns)]
     lines += ["| " + " | ".join(_text(row.get(c, "")) for c in table.columns) + " |" for row in table.rows]
-    lines += ["", "Values: mean ± standard error over seeds (n runs per cell in `runs`).", *table.notes]
+    lines += ["", table.footer, *table.notes]
     return "\n".join(lines) + "\n"
 
 
@@ -76,6 +76,23 @@ def figure_png(table: Table) -> bytes:
         ax.set_xlabel("H(Z|X) per token (nats)")
         ax.set_ylabel("MI-Est (nats)")
         ax.legend(fontsize=6)
+    elif table.kind == "leadlag":
+        fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+        onsets = [(r["mi_onset"], r["success_onset"]) for r in table.rows]
+        both = [(a, b) for a, b in onsets if math.isfinite(a) and math.isfinite(b)]
+        if both:
+            left.scatter(*zip(*both, strict=True))
+            top = max(max(both, key=max)) + 1
+            left.plot([0, top], [0, top], color="grey", linewidth=0.8, label="same iteration")
+            left.legend(fontsize=7)
+        left.set_xlabel("MI decline onset (iteration)")
+        left.set_ylabel("success decline onset (iteration)")
+        left.set_title(f"{len(both)} of {len(onsets)} runs with both onsets; above the line: MI first", fontsize=8)
+        points = table.series.get("xcorr|all runs", [])
+        right.bar([p[0] for p in points], [0.0 if not math.isfinite(p[1].mean) else p[1].mean for p in points])
+        right.axhline(0, color="black", linewidth=0.8)
+        right.set_xlabel("lag l (iterations); l > 0: MI changes first")
+        right.set_ylabel("r(dMI_t, dsuccess_t+l), pooled over runs")
     elif table.series:
         numbers = sorted({key.split("|")[0] for key in table.series}, key=stat_columns.index)
         fig, axes = plt.subplots(1, len(numbers), figsize=(4.5 * len(numbers), 3.6), squeeze=False)
