@@ -107,6 +107,8 @@ class AlgorithmConfig:
     dual_clip: float | None = None
     # loss aggregation: token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm
     agg: str | None = None
+    # weight of the task (policy-gradient) term; 0 = regularisers only (the zero-reward-variance limit)
+    task_coef: float = 1.0
     # entropy bonus coefficient; None = preset (0.001)
     entropy_coef: float | None = None
     # KL(pi || pi_ref) coefficient; 0 disables the reference model

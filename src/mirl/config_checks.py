@@ -94,6 +94,7 @@ RANGES: dict[str, Range] = {
     "algorithm.eps_high": NON_NEGATIVE,
     "algorithm.dual_clip": Range(1, lo_open=True),
     "algorithm.entropy_coef": NON_NEGATIVE,
+    "algorithm.task_coef": NON_NEGATIVE,
     "algorithm.kl_coef": NON_NEGATIVE,
     "algorithm.gamma": PROBABILITY,
     "algorithm.lam": PROBABILITY,

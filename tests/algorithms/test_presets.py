@@ -127,3 +127,30 @@ def test_core_imports_only_torch_the_standard_library_and_itself():
                     top in sys.stdlib_module_names or top == "torch" or name.startswith("mirl.algorithms")
                 )
                 assert allowed, f"{path.name} imports {name}"
+
+
+def test_task_coef_scales_only_the_task_term_and_zero_leaves_the_regularisers():
+    from mirl.algorithms.objective import loss_terms
+
+    logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    old, adv, mask = logp.detach().clone(), torch.tensor([[2.0, 2.0]]), torch.tensor([[True, True]])
+    entropy = torch.tensor([[1.0, 3.0]])
+    full, _ = loss_terms(get_preset("grpo"), logp, old, adv, mask, entropy=entropy)
+    half, _ = loss_terms(get_preset("grpo", task_coef=0.5), logp, old, adv, mask, entropy=entropy)
+    none, _ = loss_terms(get_preset("grpo", task_coef=0.0), logp, old, adv, mask, entropy=entropy)
+    # ratio 1 at the first update: task = -mean(A) = -2; entropy = -0.001 * mean(1, 3) = -0.002
+    values = [float(terms["task"].detach()) for terms in (full, half, none)]
+    assert values == [-2.0, -1.0, 0.0]
+    assert float(full["entropy"]) == float(none["entropy"]) == pytest.approx(-0.002, rel=1e-6)
+    (gradient,) = torch.autograd.grad(none["task"], logp)
+    assert torch.equal(gradient, torch.zeros_like(logp))
+    with pytest.raises(ValueError, match="task_coef >= 0"):
+        get_preset("grpo", task_coef=-1.0)
+
+
+def test_the_config_knob_reaches_the_preset():
+    from mirl import load_config
+    from mirl.trainer.setup import resolve_preset
+
+    assert resolve_preset(load_config(None, ["algorithm.preset=grpo"]).algorithm).task_coef == 1.0
+    assert resolve_preset(load_config(None, ["algorithm.task_coef=0"]).algorithm).task_coef == 0.0

@@ -32,9 +32,11 @@ def loss_terms(
 ) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
     """Loss components (each coefficient applied) and detached statistics, all over the (B, T) ``mask``.
 
-    ``entropy`` (B, T) adds the entropy component when ``preset.entropy_coef > 0``; ``ref_logp`` (B, T) adds the
-    KL component when ``preset.kl_coef > 0``. Stats: those of :func:`policy_loss` plus ``entropy`` and ``kl`` (the
-    masked means, when computed). ``normaliser`` is the whole mini-batch's (see :func:`aggregate`).
+    The task term is the policy loss times ``preset.task_coef`` (1 by default; 0 is the limit of zero reward
+    variance in every group, where only the regularisers move the policy). ``entropy`` (B, T) adds the entropy
+    component when ``preset.entropy_coef > 0``; ``ref_logp`` (B, T) adds the KL component when
+    ``preset.kl_coef > 0``. Stats: those of :func:`policy_loss` plus ``entropy`` and ``kl`` (the masked means, when
+    computed). ``normaliser`` is the whole mini-batch's (see :func:`aggregate`).
 
     >>> import torch
     >>> from mirl.algorithms.presets import PRESETS
@@ -55,7 +57,7 @@ def loss_terms(
         agg=preset.agg,
         normaliser=normaliser,
     )
-    terms = {"task": task}
+    terms = {"task": task if preset.task_coef == 1.0 else preset.task_coef * task}
     if entropy is not None and preset.entropy_coef > 0:
         terms["entropy"] = -preset.entropy_coef * aggregate(entropy, mask, preset.agg, normaliser)
         stats["entropy"] = masked_mean(entropy.detach(), mask)

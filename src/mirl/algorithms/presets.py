@@ -50,6 +50,7 @@ class AlgorithmPreset:
     kl_coef: float = 0.0  # weight of the KL(pi || pi_ref) penalty in the loss; 0 = no reference model
     kl_kind: str = "k3"  # KL estimator, a key of KL_ESTIMATORS
     entropy_coef: float = 0.001  # weight of the entropy bonus (subtracted from the loss)
+    task_coef: float = 1.0  # weight of the task (policy-gradient) term; 0 leaves the regularisers alone
     value_clip: float | None = 0.5  # largest move of a value from its old estimate that gets a gradient
     gamma: float = 1.0  # discount per trained token (gae)
     lam: float = 1.0  # GAE lambda (gae)
@@ -68,6 +69,7 @@ class AlgorithmPreset:
             "dual_clip > 1 or None": self.dual_clip is None or self.dual_clip > 1.0,
             "value_clip > 0 or None": self.value_clip is None or self.value_clip > 0.0,
             "kl_coef >= 0 and entropy_coef >= 0": self.kl_coef >= 0.0 and self.entropy_coef >= 0.0,
+            "task_coef >= 0": self.task_coef >= 0.0,
             "0 <= gamma <= 1 and 0 <= lam <= 1": 0.0 <= self.gamma <= 1.0 and 0.0 <= self.lam <= 1.0,
         }
         broken = [rule for rule, holds in checks.items() if not holds]

@@ -161,7 +161,7 @@ def _bucket_norms(policy, params, bucket: _Bucket, preset, passes: tuple[int, fl
     tokens = bucket.batch.num_response_tokens
     out = {f"{prefix}/samples": float(samples), f"{prefix}/spread_mean": bucket.spread_mean()}
     for component in COMPONENTS:
-        coef = {"task": 1.0, "entropy": preset.entropy_coef, "kl": preset.kl_coef}[component]
+        coef = {"task": preset.task_coef, "entropy": preset.entropy_coef, "kl": preset.kl_coef}[component]
         norm = 0.0 if coef == 0.0 else _component_norm(policy, params, bucket, preset, component, passes)
         out[f"{prefix}/{component}/norm"] = norm
         out[f"{prefix}/{component}/norm_per_sample"] = norm / max(samples, 1)

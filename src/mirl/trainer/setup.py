@@ -18,7 +18,8 @@ _PRESET_OVERRIDES = ("eps_low", "eps_high", "dual_clip", "agg", "entropy_coef", 
 def resolve_preset(config: AlgorithmConfig) -> AlgorithmPreset:
     """The named preset with every non-None override from the config applied."""
     overrides = {name: getattr(config, name) for name in _PRESET_OVERRIDES if getattr(config, name) is not None}
-    return get_preset(config.preset, kl_kind=config.kl_kind, value_clip=config.value_clip, **overrides)
+    fixed = {"kl_kind": config.kl_kind, "value_clip": config.value_clip, "task_coef": config.task_coef}
+    return get_preset(config.preset, **fixed, **overrides)
 
 
 def load_policy(config: Config):
