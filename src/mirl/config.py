@@ -181,6 +181,9 @@ class DiagnosticsConfig:
     every: int = 5
     # scopes: "first_turn", "trajectory", "turn_position"
     scopes: list[str] = field(default_factory=lambda: ["first_turn", "trajectory"])
+    # what counts as the reasoning Z: "closed" (between <think> and </think>) or "open" (also an unclosed
+    # <think>, up to <answer> or the end of the turn)
+    reasoning: str = "closed"
     # (X, Z) pairs per scope
     num_pairs: int = 64
     # first-turn columns: "sampled" (groups among the drawn pairs, as the paper) or "all" (every group)

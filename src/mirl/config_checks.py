@@ -30,6 +30,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "model.dtype": ("auto", "float32", "bfloat16", "float16"),
     "diagnostics.gradient_buckets": ("quantile", "fixed"),
     "diagnostics.columns": ("sampled", "all"),
+    "diagnostics.reasoning": ("closed", "open"),
     "logging.save_rollouts": ("all", "sample", "none"),
 }
 # None is also allowed for these (None = the preset's value)

@@ -156,3 +156,21 @@ def test_progress_says_the_total_first_and_ends_there(policy, episodes):
     assert calls[0] == (0, total) and calls[-1] == (total, total) and total > 0
     assert all(t == total for _, t in calls)  # the total is known before scoring starts, action matrices included
     assert [done for done, _ in calls] == sorted(done for done, _ in calls)
+
+
+def test_open_reasoning_scores_the_replies_that_never_closed_think(policy):
+    import dataclasses
+
+    # every reply of three prompts stops before </think>: closed sees no Z at all, open scores them all
+    unclosed = []
+    for episode in grid_episodes(num_groups=3, samples=2, num_turns=1):
+        turn = episode.turns[0]
+        ids = tuple(TOK.encode(TOK.decode(list(turn.reasoning_ids))))
+        turn = dataclasses.replace(turn, response_ids=ids, response_logprobs=(0.0,) * len(ids), reasoning_span=None)
+        unclosed.append(dataclasses.replace(episode, turns=(turn,)))
+    counts = {}
+    for reasoning in ("closed", "open"):
+        config = DiagnosticsConfig(scopes=["first_turn"], num_pairs=6, reasoning=reasoning)
+        out = run_diagnostics(policy, unclosed, config, DiagnosticsState(), generator=gen())
+        counts[reasoning] = (out["diag/first_turn/pairs"], out["diag/first_turn/empty_reasoning"])
+    assert counts == {"closed": (0.0, 6.0), "open": (6.0, 0.0)}

@@ -86,6 +86,20 @@ def test_span_is_none_without_closing_tag_or_with_empty_reasoning():
     assert _span_text(" \n </think><answer>Up</answer>")[2] is None
 
 
+def test_open_reasoning_takes_an_unclosed_think_up_to_the_answer_or_the_end_of_turn():
+    tok = tiny_tokenizer()
+    for reply, expected in (
+        ("  I go Down. <answer>Down</answer>", "I go Down."),
+        ("I go Down.", "I go Down."),
+        ("I go Down." + tok.eos_token, "I go Down."),
+        ("I go Down. </think><answer>Down</answer>", "I go Down."),  # closed: the same as the closed rule
+    ):
+        ids = tok.encode(reply, add_special_tokens=False)
+        start, end = reasoning_span(tok, ids, open_ended=True)
+        assert decode(tok, ids[start:end]).strip() == expected, reply
+    assert reasoning_span(tok, tok.encode(" <answer>Up</answer>", add_special_tokens=False), open_ended=True) is None
+
+
 def test_token_straddling_the_closing_tag_belongs_to_z():
     # "." and "</" may merge into one token; whichever token holds the final "." is inside the span
     tok, ids, (start, end) = _span_text("Go.</think><answer>Up</answer>")

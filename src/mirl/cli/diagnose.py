@@ -38,6 +38,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the pair samplers (default 0)")
     parser.add_argument("--mode", choices=("shared", "naive"), default="shared", help="prefix-shared or naive scoring")
     parser.add_argument("--action-dependence", action="store_true", help="also score Z -> answer and X -> answer")
+    parser.add_argument(
+        "--reasoning",
+        choices=("closed", "open"),
+        default="closed",
+        help="Z is the text inside <think>...</think> (closed) or also an unclosed <think> (open)",
+    )
     parser.add_argument("--out", type=Path, help="write the results as JSON to this file")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     parser.add_argument("--dtype", default="auto", help="auto (float32 on CPU), float32, bfloat16, float16")
@@ -79,6 +85,7 @@ def run_diagnose(args: argparse.Namespace) -> int:
         seed=args.seed,
         mode=args.mode,
         action_dependence=args.action_dependence,
+        reasoning=args.reasoning,
     )
     report["model"] = args.model
     print_report(report)
@@ -97,7 +104,9 @@ def load_policy(model: str, *, device: str, dtype: str, max_batch_tokens: int):
     return load_named_policy(model, device=device, dtype=dtype, max_batch_tokens=max_batch_tokens)
 
 
-def diagnose_records(path, fmt: str, records, policy, *, scopes, num_pairs, seed, mode, action_dependence) -> dict:
+def diagnose_records(
+    path, fmt: str, records, policy, *, scopes, num_pairs, seed, mode, action_dependence, reasoning="closed"
+) -> dict:
     """Diagnose checked records (``load_records``) with ``policy``; the JSON-ready report (without the model)."""
     from mirl.cli.progress import work_bar
     from mirl.diagnostics.offline import diagnose, episodes_from_records, summary_rows
@@ -113,6 +122,7 @@ def diagnose_records(path, fmt: str, records, policy, *, scopes, num_pairs, seed
             seed=seed,
             mode=mode,
             action_dependence=action_dependence,
+            reasoning=reasoning,
             progress=progress,
         )
     return {

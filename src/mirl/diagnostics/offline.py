@@ -149,6 +149,7 @@ def diagnose(
     seed: int = 0,
     mode: str = "shared",
     action_dependence: bool = False,
+    reasoning: str = "closed",
     progress=None,
 ) -> dict[str, float | str]:
     """``run_diagnostics`` on saved episodes with a fresh state and a generator seeded with ``seed``.
@@ -156,7 +157,9 @@ def diagnose(
     Returns the same catalogue keys as in training, plus ``time/scoring`` (wall seconds). ``progress(done,
     total)`` is told the tokens scored (``run_diagnostics``).
     """
-    config = DiagnosticsConfig(scopes=list(scopes), num_pairs=num_pairs, action_dependence=action_dependence)
+    config = DiagnosticsConfig(
+        scopes=list(scopes), num_pairs=num_pairs, action_dependence=action_dependence, reasoning=reasoning
+    )
     generator = torch.Generator().manual_seed(seed)
     start = time.perf_counter()
     out = run_diagnostics(

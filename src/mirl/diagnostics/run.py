@@ -38,6 +38,7 @@ import torch
 
 from mirl.config import DiagnosticsConfig
 from mirl.diagnostics.info import RegimeThresholds, ZScoreEMA, mi_proxies
+from mirl.diagnostics.reasoning import with_reasoning
 from mirl.diagnostics.sampling import ActionPair, PairSet, action_pairs, distinct_ids, sample_scopes
 from mirl.diagnostics.scoring import grid_tokens, score_grid, score_matrix
 from mirl.types import Episode
@@ -123,6 +124,8 @@ def run_diagnostics(
     """
     thresholds = RegimeThresholds(entropy=config.regime_entropy_threshold, mi_fraction=config.regime_mi_fraction)
     out: dict[str, float | str] = {}
+    if config.reasoning != "closed":  # (the recorded spans are the closed ones)
+        episodes = with_reasoning(episodes, config.reasoning, policy.tokenizer)
     pair_sets = sample_scopes(
         episodes, config.scopes, num_pairs=config.num_pairs, generator=generator, first_turn_columns=config.columns
     )

@@ -16,6 +16,10 @@ boundaries come from decoding prefixes of the response ids (binary search, O(log
 character split over several tokens (byte-level BPE) belongs to all of them: the span starts at the token holding
 the first byte of Z's first character and ends after the token holding the last byte of Z's last character (a
 prefix cut inside a character decodes to one trailing U+FFFD, which marks the character as started).
+
+Open reasoning (``open_ended=True``, the diagnostics' ``reasoning: open``): a reply that never closes
+``</think>`` still has a Z, the text from ``<think>`` up to the first ``<answer>`` or special token (end of turn),
+or to the end of the reply. Small models often write their reasoning and stop without the closing tag.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from dataclasses import dataclass
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
+ANSWER_OPEN = "<answer>"
 ACTION_SEPARATOR = "||"
 REPLY_PATTERN = re.compile(r"<think>(.*?)</think>\s*<answer>(.*?)</answer>", re.DOTALL)
 
@@ -106,14 +111,18 @@ def _token_at(tokenizer, ids: Sequence[int], char: int, complete: bool) -> int:
     return low
 
 
-def reasoning_span(tokenizer, response_ids: Sequence[int]) -> tuple[int, int] | None:
+def reasoning_span(tokenizer, response_ids: Sequence[int], *, open_ended: bool = False) -> tuple[int, int] | None:
     """Token span ``[start, end)`` of Z in ``response_ids`` (see the module docstring for the straddle rule).
 
-    None when the reply has no ``</think>`` or Z is empty after stripping whitespace. ``response_ids`` follow
-    the pre-filled ``<think>``, so Z starts at character 0 of their decoded text.
+    None when the reply has no ``</think>`` (unless ``open_ended``: module docstring) or Z is empty after
+    stripping whitespace. ``response_ids`` follow the pre-filled ``<think>``, so Z starts at character 0 of their
+    decoded text.
     """
     text = decode(tokenizer, response_ids)
     close = text.find(THINK_CLOSE)
+    if close < 0 and open_ended:
+        ends = [ANSWER_OPEN, *getattr(tokenizer, "all_special_tokens", ())]
+        close = min((i for i in (text.find(end) for end in ends if end) if i >= 0), default=len(text))
     if close < 0:
         return None
     inner = text[:close]
