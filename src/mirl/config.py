@@ -184,6 +184,9 @@ class DiagnosticsConfig:
     # what counts as the reasoning Z: "closed" (between <think> and </think>) or "open" (also an unclosed
     # <think>, up to <answer> or the end of the turn)
     reasoning: str = "closed"
+    # shuffles of the attribution for the permutation null of MI-Est and retrieval (bias-corrected values and
+    # 95 % intervals); 0 = off
+    null_draws: int = 200
     # (X, Z) pairs per scope
     num_pairs: int = 64
     # first-turn columns: "sampled" (groups among the drawn pairs, as the paper) or "all" (every group)

@@ -116,6 +116,7 @@ RANGES: dict[str, Range] = {
     "filter.success_threshold": Range(-INF),
     "diagnostics.every": NON_NEGATIVE,
     "diagnostics.num_pairs": AT_LEAST_ONE,
+    "diagnostics.null_draws": NON_NEGATIVE,
     "diagnostics.std_eps": POSITIVE,
     "diagnostics.ema_decay": Range(0, 1, hi_open=True),
     "diagnostics.max_batch_tokens": AT_LEAST_ONE,
@@ -235,6 +236,11 @@ def _check_lists(config: Config) -> None:
         raise ConfigError("diagnostics.ks must list at least one cut-off k >= 1, e.g. diagnostics.ks=[1,2,4,8]")
     for k in config.diagnostics.ks:
         check_range("diagnostics.ks entries", k, AT_LEAST_ONE)
+    if config.diagnostics.null_draws == 1:
+        raise ConfigError(
+            "diagnostics.null_draws must be 0 (off) or >= 2 shuffles for a null distribution, got 1; "
+            "set diagnostics.null_draws=200"
+        )
 
 
 def _check_names(config: Config) -> None:

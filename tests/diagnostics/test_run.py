@@ -174,3 +174,23 @@ def test_open_reasoning_scores_the_replies_that_never_closed_think(policy):
         out = run_diagnostics(policy, unclosed, config, DiagnosticsState(), generator=gen())
         counts[reasoning] = (out["diag/first_turn/pairs"], out["diag/first_turn/empty_reasoning"])
     assert counts == {"closed": (0.0, 6.0), "open": (6.0, 0.0)}
+
+
+def test_the_permutation_null_is_logged_for_every_family_and_leaves_the_samplers_alone(policy, episodes):
+    base = DiagnosticsConfig(scopes=["first_turn", "trajectory"], num_pairs=6)
+    with_null = run_diagnostics(policy, episodes, base, DiagnosticsState(), generator=gen())
+    off = DiagnosticsConfig(scopes=["first_turn", "trajectory"], num_pairs=6, null_draws=0)
+    without = run_diagnostics(policy, episodes, off, DiagnosticsState(), generator=gen())
+    null_keys = {k for k in with_null if k not in without}
+    assert null_keys == {
+        f"diag/{scope}/est/{stat}_{key}"
+        for scope in ("first_turn", "trajectory")
+        for stat in ("mi_estimate", "retrieval_above_chance")
+        for key in ("null_mean", "null_std", "corrected", "ci_low", "ci_high")
+    }
+    assert all(with_null[k] == without[k] for k in without)  # same pairs, same scores
+    assert not unknown_keys(with_null)
+    for scope in ("first_turn", "trajectory"):
+        raw = with_null[f"diag/{scope}/est/mi_estimate"]
+        corrected = with_null[f"diag/{scope}/est/mi_estimate_corrected"]
+        assert corrected == pytest.approx(raw - with_null[f"diag/{scope}/est/mi_estimate_null_mean"], rel=1e-12)

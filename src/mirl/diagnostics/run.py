@@ -31,6 +31,7 @@ Both give ``diag/s/za_est/<stat>``, ``za_seq``, ``xa_est``, ``xa_seq`` and ``dia
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -38,6 +39,7 @@ import torch
 
 from mirl.config import DiagnosticsConfig
 from mirl.diagnostics.info import RegimeThresholds, ZScoreEMA, mi_proxies
+from mirl.diagnostics.null import permutation_null
 from mirl.diagnostics.reasoning import with_reasoning
 from mirl.diagnostics.sampling import ActionPair, PairSet, action_pairs, distinct_ids, sample_scopes
 from mirl.diagnostics.scoring import grid_tokens, score_grid, score_matrix
@@ -215,6 +217,14 @@ def _family(
             ema=state.ema(scope, name),
         )
         out.update({f"diag/{scope}/{name}/{stat}": value for stat, value in results[family].items()})
+    if config.null_draws:
+        # its own seed per scope and family: the null never shifts the pair samplers' random stream
+        generator = torch.Generator().manual_seed(zlib.crc32(f"{scope}/{stem}".encode()))
+        col_group = torch.tensor(scores.col_group, dtype=torch.long)
+        null = permutation_null(
+            scores.per_token, scores.true_col, col_group=col_group, draws=config.null_draws, generator=generator
+        )
+        out.update({f"diag/{scope}/{stem}est/{key}": value for key, value in null.items()})
     return results["est"]
 
 

@@ -46,6 +46,14 @@ _MI_STATS = (
     ("retrieval_above_chance", "retrieval_acc - retrieval_chance", "fraction"),
     ("retrieval_above_chance@{k}", "retrieval_acc@k - retrieval_chance@k", "fraction"),
 )
+# the permutation null (mirl.diagnostics.null), for {stat} in mi_estimate and retrieval_above_chance
+_NULL_STATS = (
+    ("{stat}_null_mean", "mean of {stat} over D shuffles of the row -> prompt attribution", ""),
+    ("{stat}_null_std", "std (ddof 1) of {stat} over the D shuffles", ""),
+    ("{stat}_corrected", "{stat} - {stat}_null_mean: the bias-corrected estimate (0 without information)", ""),
+    ("{stat}_ci_low", "{stat} - the 97.5 % quantile of the null: lower end of the 95 % interval", ""),
+    ("{stat}_ci_high", "{stat} - the 2.5 % quantile of the null: upper end of the 95 % interval", ""),
+)
 
 CATALOGUE: tuple[Metric, ...] = (
     Metric("iteration", "1-based training iteration"),
@@ -110,6 +118,11 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("train/lr", "actor learning rate", ""),
     # diagnostics: MI proxies from cross-scoring, per scope and family
     *(Metric(f"diag/{{scope}}/{{family}}/{name}", formula, unit) for name, formula, unit in _MI_STATS),
+    *(
+        Metric(f"diag/{{scope}}/{{family}}/{name.format(stat=stat)}", formula.format(stat=stat), unit)
+        for stat in ("mi_estimate", "retrieval_above_chance")
+        for name, formula, unit in _NULL_STATS
+    ),
     Metric("diag/{scope}/pairs", "M: (X, Z) pairs scored", "pairs"),
     Metric("diag/{scope}/columns", "N: prompt columns", "columns"),
     Metric("diag/{scope}/empty_reasoning", "candidate pairs skipped for an empty Z", "pairs"),
