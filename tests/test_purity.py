@@ -7,7 +7,8 @@ import pytest
 
 
 @pytest.mark.parametrize(
-    "module", ["mirl.algorithms", "mirl.filtering", "mirl.diagnostics.info", "mirl.diagnostics.null", "mirl.diagnostics"]
+    "module",
+    ["mirl.algorithms", "mirl.filtering", "mirl.diagnostics.info", "mirl.diagnostics.null", "mirl.diagnostics"],
 )
 def test_core_imports_no_model_code_and_no_other_layer(module):
     code = (
