@@ -2,6 +2,8 @@
 
     python studies/evidence/e1_swap.py --task countdown --gen-seed 1 [--out studies/runs/evidence-e1]
 
+(``--model`` and ``--prompts`` exist for testing the script on a tiny model; the registered run uses the defaults.)
+
 The frozen SmolLM2-135M-Instruct answers 48 evaluation prompts and 48 donor prompts once each (one generation
 seed per call), with the open reasoning span (``diagnostics.reasoning: open``). Every reasoning (evaluation and
 donor) is then scored under every evaluation prompt at temperature 1 (an R x 48 matrix, prefix-shared), and each
@@ -33,14 +35,13 @@ TASKS = {
     "frozenlake": ["envs=[{name: frozenlake, options: {success_rate: 1.0}}]", "rollout.max_new_tokens=64"],
 }
 COMMON = [
-    "model.name=smollm2-135m-instruct",
     "rollout.max_turns=1",
     "rollout.temperature=1.0",
     "rollout.top_p=1.0",
     "rollout.format_example=false",
     "rollout.max_context_tokens=1024",
 ]
-EVAL_PROMPTS, DONOR_PROMPTS = 48, 48
+EVAL_PROMPTS = 48  # and as many donor prompts
 DONOR_OFFSET = 100_000  # donor instance seeds: validation seeds far past the evaluation ones
 PLACEHOLDER = "[your thoughts]"
 
@@ -52,7 +53,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def sample_pool(task: str, gen_seed: int):
+def sample_pool(task: str, gen_seed: int, model: str, prompts: int):
     from mirl import load_config
     from mirl.diagnostics.reasoning import with_reasoning
     from mirl.rollout import run_episodes
@@ -60,12 +61,12 @@ def sample_pool(task: str, gen_seed: int):
     from mirl.trainer.specs import validation_seed
     from mirl.types import EnvSpec
 
-    config = load_config(None, COMMON + TASKS[task])
+    config = load_config(None, [f"model.name={model}", *COMMON, *TASKS[task]])
     policy = load_policy(config)
     entry = config.envs[0]
     options = dict(entry.options) | ({"split": "validation"} if entry.name == "countdown" else {})
-    seeds = [validation_seed(j) for j in range(EVAL_PROMPTS)]
-    seeds += [validation_seed(DONOR_OFFSET + d) for d in range(DONOR_PROMPTS)]
+    seeds = [validation_seed(j) for j in range(prompts)]
+    seeds += [validation_seed(DONOR_OFFSET + d) for d in range(prompts)]
     specs = [EnvSpec(entry.name, seed, options) for seed in seeds]
     episodes = run_episodes(policy, specs, 1, config.rollout, sampling_seed=gen_seed)
     episodes = with_reasoning(episodes, "open", policy.tokenizer)
@@ -75,7 +76,7 @@ def sample_pool(task: str, gen_seed: int):
 def score_pool(policy, turns) -> tuple[dict, np.ndarray]:
     from mirl.diagnostics.scoring import score_grid, score_matrix
 
-    eval_turns, donor_turns = turns[:EVAL_PROMPTS], turns[EVAL_PROMPTS:]
+    eval_turns, donor_turns = turns[: len(turns) // 2], turns[len(turns) // 2 :]
     eval_contexts = {t.context_ids for t in eval_turns}
     # a donor whose prompt equals an evaluation prompt is no donor: its reasoning would carry that prompt's information
     donors = [t for t in donor_turns if t.reasoning_ids and t.context_ids not in eval_contexts]
@@ -94,8 +95,8 @@ def score_pool(policy, turns) -> tuple[dict, np.ndarray]:
         "texts": texts,
         "donor_own_score": [float(x) for x in donor_own[:, 0]],
         "counts": {
-            "eval_prompts": EVAL_PROMPTS,
-            "donor_prompts": DONOR_PROMPTS,
+            "eval_prompts": len(eval_turns),
+            "donor_prompts": len(donor_turns),
             "empty_eval": sum(not t.reasoning_ids for t in eval_turns),
             "empty_donor": sum(not t.reasoning_ids for t in donor_turns),
             "donor_same_prompt": sum(bool(t.reasoning_ids) and t.context_ids in eval_contexts for t in donor_turns),
@@ -110,15 +111,17 @@ def main(argv=None) -> int:
     parser.add_argument("--task", choices=sorted(TASKS), default="countdown")
     parser.add_argument("--gen-seed", type=int, required=True)
     parser.add_argument("--out", type=Path, default=Path("studies/runs/evidence-e1"))
+    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--prompts", type=int, default=EVAL_PROMPTS, help="evaluation prompts, and as many donors")
     args = parser.parse_args(argv)
     out = args.out / f"{args.task}_g{args.gen_seed}"
     if (out / "pool.json").is_file() and (out / "scores.npy").is_file():
         print(f"{out}: already sampled and scored")
         return 0
     out.mkdir(parents=True, exist_ok=True)
-    policy, turns = sample_pool(args.task, args.gen_seed)
+    policy, turns = sample_pool(args.task, args.gen_seed, args.model, args.prompts)
     pool, scores = score_pool(policy, turns)
-    pool |= {"task": args.task, "gen_seed": args.gen_seed, "overrides": COMMON + TASKS[args.task]}
+    pool |= {"task": args.task, "gen_seed": args.gen_seed, "model": args.model, "overrides": COMMON + TASKS[args.task]}
     buffer = io.BytesIO()
     np.save(buffer, scores, allow_pickle=False)
     _write_atomic(out / "scores.npy", buffer.getvalue())

@@ -174,3 +174,24 @@ def test_the_readers_turn_run_directories_into_verdicts(tmp_path):
     result = ev._e3(e3a, e2, e3b)
     assert result["e3a"][1]["holds"], result["e3a"]
     assert result["e3b"]["outcome"] == "holds" and result["e3b"]["differences"][3] == pytest.approx(0.15)
+
+
+def test_the_e1_sampling_script_writes_a_pool_the_analysis_reads(tmp_path):
+    from mirl.policy.tiny import tiny_policy
+
+    spec = importlib.util.spec_from_file_location("e1_swap", _PATH.parent / "e1_swap.py")
+    e1 = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(e1)
+    model = tmp_path / "tiny"
+    tiny_policy().save(model)
+    argv = ["--task", "countdown", "--gen-seed", "1", "--out", str(tmp_path / "e1"), "--model", str(model)]
+    assert e1.main([*argv, "--prompts", "5"]) == 0
+    pool = ev.load_pool(tmp_path / "e1" / "countdown_g1")
+    grounded = int((pool.kind == "grounded").sum())
+    assert pool.scores.shape == (len(pool.kind), 5) and pool.donor_own.shape == ((pool.kind == "donor").sum(),)
+    assert np.all(np.isfinite(pool.scores)) and np.all(pool.scores < 0)
+    assert sorted(pool.prompt[pool.kind == "grounded"].tolist()) == sorted(set(pool.prompt[pool.kind == "grounded"]))
+    if grounded >= 4 and (pool.kind == "donor").sum() >= 4:
+        scores, true_col = ev.draw_mixture(pool, 4, 0.5, np.random.default_rng(0))
+        assert scores.shape == (4, 4)
+    assert e1.main([*argv, "--prompts", "5"]) == 0  # a finished pool is skipped
