@@ -40,14 +40,11 @@ def test_a_run_that_never_updated_exits_1_and_says_why(tmp_path, model_dir, pick
     assert main(["train", *train_args(model_dir, out, *extra)]) == 1
     captured = capsys.readouterr()
     assert f"run directory: {out / 'cli'}" in captured.out
-    assert captured.err.strip().splitlines()[-1].startswith(
-        "mirl train: no update happened in 1 iteration: every group's samples all failed (reward spread 0)"
-    )
+    expected = "mirl train: no update happened in 1 iteration: every group's samples all failed (reward spread 0)"
+    assert captured.err.strip().splitlines()[-1].startswith(expected)
 
 
-def test_resume_without_a_checkpoint_refuses_and_restart_starts_over(
-    tmp_path, model_dir, pick_env, capsys, train_args
-):
+def test_resume_without_a_checkpoint_refuses_and_restart_starts_over(tmp_path, model_dir, pick_env, capsys, train_args):
     """A run killed before its first checkpoint: ``--resume`` says so (exit 2) and leaves the run as it is;
     ``--resume --restart`` runs it again from iteration 1."""
     out = tmp_path / "runs"
