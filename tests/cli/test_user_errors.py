@@ -281,3 +281,14 @@ def test_an_uncached_hub_id_with_the_hub_unreachable_is_one_line(files, monkeypa
     assert len(attempts) == 1
     code, out, err = run_cli(["diagnose", "{tmp}/good.jsonl", "--model", "nobody-org/no-such-model"], files, capsys)
     assert_one_line_user_error(code, out, err, "diagnose", "the Hugging Face hub cannot be reached")
+
+
+def test_compare_writes_beside_the_first_run_not_into_the_current_directory(files, monkeypatch, capsys):
+    here = files / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    (files / "other").mkdir()
+    (files / "other" / "config.yaml").write_text("rollout: {group_size: 4}\n")
+    code, out, _ = run_cli(["compare", "{tmp}/run", "{tmp}/other"], files, capsys)
+    assert code == 0 and f"comparison: {files / 'compare.html'}" in out
+    assert (files / "compare.html").is_file() and list(here.iterdir()) == []
