@@ -113,3 +113,23 @@ def test_help_config_lists_documented_keys(capsys):
     assert all(doc for _, doc in rows.values())  # every key is documented
     assert main(["train", "--help-config"]) == 0
     assert "group_size" in capsys.readouterr().out
+
+
+def test_help_config_piped_is_one_unwrapped_row_per_key_with_its_range():
+    """Piped (``mirl train --help-config | grep lr``), every key is one tab-separated line: key, default, the
+    values it accepts, meaning; never wrapped at 80 columns."""
+    import subprocess
+    import sys
+
+    from mirl.cli.config_help import config_help
+
+    done = subprocess.run(
+        [sys.executable, "-m", "mirl.cli", "train", "--help-config"], capture_output=True, text=True, check=True
+    )
+    lines = done.stdout.splitlines()
+    assert lines[0] == "key\tdefault\trange\tmeaning" and len(lines) == 1 + len(config_help())
+    rows = {line.split("\t")[0]: line.split("\t")[1:] for line in lines[1:]}
+    assert all(len(row) == 3 and row[1] for row in rows.values())
+    assert rows["rollout.group_size"] == ["16", ">= 1", "K: rollouts per prompt group; all K share the instance seed"]
+    assert rows["filter.mode"][1] == "one of linear, softmax" and rows["rollout.top_p"][1] == "in (0, 1]"
+    assert rows["algorithm.dual_clip"][1] == "> 1 (or none)"

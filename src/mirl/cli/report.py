@@ -1,9 +1,9 @@
 """``mirl report RUN_DIR`` and ``mirl compare RUN_A RUN_B ...``: HTML reports from run directories.
 
 ``mirl compare`` writes ``compare.html`` (and its PNGs under ``compare/``) beside the first run directory unless
-``--out`` says where. Both commands print where they wrote, every piece of data they could not find, and how long they took; they
-exit 0 with a partial report when files are missing or lines are malformed (each listed with its line number), and
-2 when a path is not a run directory or ``--out`` cannot be a file.
+``--out`` says where. Both commands print where they wrote, every piece of data they could not find, and how long
+they took; they exit 0 with a partial report when files are missing or lines are malformed (each listed with its
+line number), and 2 when a path is not a run directory or ``--out`` cannot be a file.
 """
 
 from __future__ import annotations
