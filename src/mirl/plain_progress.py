@@ -4,7 +4,8 @@ A rich progress bar redraws itself in place, which only a terminal shows: redire
 until the command ends. :class:`PlainProgress` has the part of ``rich.progress.Progress``'s interface that mirl
 uses (``add_task``, ``update``, ``remove_task``, ``tasks``, ``console``, ``start``, ``stop``, a context manager)
 and prints one line per task at most every ``interval_s`` seconds, plus its first line (when the total is known)
-and its last (when done reaches the total)::
+and its last (when done reaches the total). Between updates (a turn of a rollout can take minutes) a background
+timer repeats the line of the newest task every ``interval_s`` seconds, so a log shows the work is alive::
 
     [12:03:10] rollout  12/32 turns  elapsed 0:40  eta 1:07
     [12:04:31] train  1/4  elapsed 1:21  eta 4:03  success 0.25  return 0.25
@@ -14,6 +15,7 @@ and its last (when done reaches the total)::
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +55,9 @@ class PlainProgress:
         self.interval_s = interval_s
         self._tasks: dict[int, _Task] = {}
         self._next_id = 0
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._timer: threading.Thread | None = None
 
     @property
     def tasks(self) -> list[_Task]:
@@ -70,14 +75,26 @@ class PlainProgress:
         if completed is not None:
             task.completed = completed
         task.fields.update(fields)
-        now = time.monotonic()
         finished = task.total is not None and task.completed >= task.total
-        due = task.printed is None or now - task.printed >= self.interval_s
-        if task.total is not None and (finished or due):
+        self._print_if_due(task, force=finished)
+
+    def _print_if_due(self, task: _Task, force: bool = False) -> None:
+        with self._lock:
+            now = time.monotonic()
+            due = task.printed is None or now - task.printed >= self.interval_s
+            if task.total is None or not (force or due):
+                return
             if task.printed is None:
                 task.started, task.first = now, task.completed
             task.printed = now
             self.console.print(self.line(task, now), markup=False, highlight=False, soft_wrap=True)
+
+    def _tick(self) -> None:
+        """The timer: every ``interval_s``, the newest task's line when none was printed for that long."""
+        while not self._stopped.wait(self.interval_s):
+            tasks = self.tasks
+            if tasks:
+                self._print_if_due(tasks[-1])
 
     @staticmethod
     def line(task: _Task, now: float) -> str:
@@ -95,12 +112,19 @@ class PlainProgress:
         self._tasks.pop(task_id, None)
 
     def start(self) -> None:
-        """Nothing to start: lines are printed as updates come."""
+        """Start the timer (a daemon thread; no timer when ``interval_s`` is 0)."""
+        if self._timer is None and self.interval_s > 0:
+            self._timer = threading.Thread(target=self._tick, name="mirl-progress", daemon=True)
+            self._timer.start()
 
     def stop(self) -> None:
-        """Nothing to stop."""
+        self._stopped.set()
+        if self._timer is not None:
+            self._timer.join()
+            self._timer = None
 
     def __enter__(self) -> PlainProgress:
+        self.start()
         return self
 
     def __exit__(self, *exc) -> None:

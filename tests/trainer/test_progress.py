@@ -144,3 +144,22 @@ def test_plain_lines_come_at_most_every_interval():
     for done in range(5):
         every.update(task, completed=done)
     assert len(console.file.getvalue().splitlines()) == 2 + 5
+
+
+def test_a_timer_repeats_the_newest_line_between_updates():
+    """A rollout turn may take minutes with no update: the line of the newest task comes again every interval."""
+    import time
+
+    from mirl.plain_progress import PlainProgress
+
+    console = Console(file=io.StringIO(), width=200)
+    with PlainProgress(console, interval_s=0.05) as progress:
+        progress.add_task("train", total=2)
+        task = progress.add_task("rollout", total=None, unit="turns")
+        progress.update(task, completed=0, total=2)
+        time.sleep(0.5)
+    lines = console.file.getvalue().splitlines()
+    assert len(lines) >= 3 and all("] rollout  0/2 turns  elapsed 0:0" in line for line in lines), lines
+    count = len(lines)
+    time.sleep(0.2)
+    assert len(console.file.getvalue().splitlines()) == count  # stopped with the block
