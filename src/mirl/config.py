@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
 
@@ -355,6 +356,12 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tu
             sources.append((OmegaConf.from_dotlist([item]), f"override {item!r}"))
         except OmegaConfBaseException as err:
             raise _friendly(err, f"override {item!r}") from None
+        except yaml.YAMLError as err:  # the value is read as YAML: ``{size:abc}`` needs spaces after the colons
+            problem = getattr(err, "problem", None) or "malformed"
+            raise ConfigError(
+                f"override {item!r} is not valid YAML ({problem}); in a {{key: value}} mapping put a space after "
+                "each colon, e.g. envs=[{name: frozenlake, options: {size: 4}}]"
+            ) from None
     for source, name in sources:
         refuse_resolvers(source, name)
         try:

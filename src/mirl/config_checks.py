@@ -264,8 +264,10 @@ def _check_names(config: Config) -> None:
 
 
 def check_envs(config: Config) -> None:
-    """Every entry names a registered env, has a finite weight > 0, and options the env accepts (in bounds)."""
-    from mirl.envs.registry import check_options
+    """Every entry names a registered env, has a finite weight > 0, and options the env accepts: names, types and
+    bounds (``check_options``), then the env's own range checks by building it, when it reads no external data
+    (:func:`builds_locally`), so a bad value fails here rather than after the model has loaded."""
+    from mirl.envs.registry import check_options, make
 
     if not config.envs:
         raise ConfigError("envs must list at least one environment, e.g. envs=[{name: frozenlake}]")
@@ -273,5 +275,15 @@ def check_envs(config: Config) -> None:
         check_range(f"envs[{i}].weight", entry.weight, POSITIVE, 1.0)
         try:
             check_options(entry.name, entry.options)
-        except ValueError as err:
+            if builds_locally(entry.options):
+                make(entry.name, **entry.options)
+        except (ValueError, TypeError) as err:
             raise ConfigError(f"envs[{i}] ({entry.name!r}): {err}") from None
+
+
+def builds_locally(options: dict[str, Any]) -> bool:
+    """Whether an env with these options builds from generated data only (no ``source`` other than "synthetic",
+    no ``*path`` or ``*url`` option): then building it reads no file and no network, in well under a second."""
+    if options.get("source", "synthetic") != "synthetic":
+        return False
+    return not any(key.endswith(("path", "url")) and value is not None for key, value in options.items())

@@ -150,3 +150,18 @@ def test_play_with_a_missing_data_directory_is_one_line(monkeypatch, capsys, tmp
     monkeypatch.setattr(sys, "stdin", io.StringIO(""))
     assert main(["play", "webshop", "source=local", f"path={tmp_path / 'nowhere'}"]) == 2
     assert capsys.readouterr().err.startswith("mirl play: source='local' expects a directory")
+
+
+def test_arrow_keys_are_moves_and_other_escape_sequences_cost_nothing(monkeypatch, capsys):
+    """A terminal sends an arrow key as ESC [ A (or ESC O A): a move in an env with directions, one per arrow; a
+    Page Up (ESC [ 5 ~) or an arrow in an env without directions is refused and not counted against the budget."""
+    script = "\x1b[B\n\x1b[5~\n\x1bOC\x1b[A\nquit\n"
+    monkeypatch.setattr(sys, "stdin", io.StringIO(script))
+    assert main(["play", "frozenlake", "--seed", "1", "success_rate=1.0"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("(not an action: a key other than an arrow; type an action such as Left)") == 1
+    assert "actions: 3/10" in out and "actions: 4/10" not in out and "invalid action" not in out
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\x1b[A\nquit\n"))
+    assert main(["play", "countdown"]) == 0
+    out = capsys.readouterr().out
+    assert "(not an action" in out and "actions: 1/" not in out

@@ -39,6 +39,8 @@ def files(tmp_path):
     (tmp_path / "emptyrun").mkdir()
     (tmp_path / "emptyrun" / "config.yaml").write_text("")
     (tmp_path / "sweep.yaml").write_text("name: s\ngrid:\n  rollout.grup_size: [2]\nseeds: [1]\n")
+    grid = "  envs: [[{name: sokoban, options: {height: abc}}]]\n"
+    (tmp_path / "envsweep.yaml").write_text(f"name: s\ngrid:\n{grid}seeds: [1]\n")
     write_episodes(tmp_path / "good.jsonl", grid_episodes(num_groups=2, samples=2, num_turns=1))
     return tmp_path
 
@@ -63,9 +65,19 @@ CASES = {
     "train resume file": (["train", "--resume", "{tmp}/a_file"], "is a file, not a run directory"),
     "train resume not a run": (["train", "--resume", "{tmp}/adir"], "is not a run directory"),
     "train resume empty config": (["train", "--resume", "{tmp}/emptyrun"], "is empty"),
+    "train no config": (["train"], "no config given; start with `mirl train configs/quickstart.yaml`"),
+    "train overrides without config": (["train", "trainer.iterations=2"], "or pass --defaults"),
+    "train resume without checkpoint": (["train", "--resume", "{tmp}/run"], "has no checkpoint to resume from"),
+    "train restart without resume": (["train", "--defaults", "--restart"], "--restart goes with --resume"),
+    "train override not yaml": (["train", "envs=[{name:frozenlake,options:{size:4}}]"], "put a space after each colon"),
+    "train env option type": (["train", "envs=[{name: frozenlake, options: {size: abc}}]"], "must be an int"),
+    "train env option range": (["train", "envs=[{name: sokoban, options: {height: 1}}]"], "height, width >= 3"),
+    "train missing model path": (["train", "--defaults", "model.name={tmp}/nope"], "model path '{tmp}/nope' does"),
     "eval bad key": (["eval", "some/model", "rollout.grup_size=4"], "unknown config key"),
     "eval out of range": (["eval", "some/model", "validation.num_instances=0"], "validation.num_instances must"),
-    "eval missing model": (["eval", "{tmp}/nope"], "unknown model"),
+    "eval missing model": (["eval", "{tmp}/nope"], "model path '{tmp}/nope' does not exist"),
+    "eval missing nested path": (["eval", "{tmp}/adir/typo"], "model path '{tmp}/adir/typo' does not exist"),
+    "eval env option type": (["eval", "{tmp}/adir", "envs=[{name: sokoban, options: {height: abc}}]"], "an int"),
     "eval config directory": (["eval", "some/model", "--config", "{tmp}/adir"], "is a directory"),
     "eval run without checkpoint": (["eval", "{tmp}/run"], "no complete checkpoint"),
     "eval missing config": (["eval", "some/model", "--config", "{tmp}/nope.yaml"], "does not exist"),
@@ -85,7 +97,7 @@ CASES = {
     "diagnose missing keys": (["diagnose", "{tmp}/keys.jsonl"], "keys.jsonl:1: field 'env' is missing"),
     "diagnose list group": (["diagnose", "{tmp}/group.jsonl"], "group.jsonl:1: field 'group' must be"),
     "diagnose null reward": (["diagnose", "{tmp}/reward.jsonl"], "reward.jsonl:1: field 'reward' must be a finite"),
-    "diagnose missing model": (["diagnose", "{tmp}/good.jsonl", "--model", "{tmp}/nope"], "unknown model"),
+    "diagnose missing model": (["diagnose", "{tmp}/good.jsonl", "--model", "{tmp}/nope"], "does not exist"),
     "diagnose empty model directory": (["diagnose", "{tmp}/good.jsonl", "--model", "{tmp}/adir"], "holds no model"),
     "diagnose model without checkpoint": (["diagnose", "{tmp}/good.jsonl", "--model", "{tmp}/run"], "no complete"),
     "diagnose out directory": (["diagnose", "{tmp}/good.jsonl", "--out", "{tmp}/adir"], "is a directory"),
@@ -106,6 +118,10 @@ CASES = {
     "play unknown env": (["play", "frozenlak"], "unknown environment 'frozenlak'"),
     "play out of range": (["play", "frozenlake", "size=100000"], "at most 32"),
     "play bad option": (["play", "frozenlake", "sise=5"], "unknown option 'sise'"),
+    "play option type": (["play", "frozenlake", "size=abc"], "option size of environment 'frozenlake' must be an int"),
+    "play sokoban option type": (["play", "sokoban", "height=abc"], "must be an int, got 'abc'; e.g. height=6"),
+    "play option range": (["play", "frozenlake", "size=1"], "size must be >= 2"),
+    "play list option type": (["play", "countdown", "num_numbers=3,x"], "or a comma-separated list of int values"),
     "play bad seed": (["play", "frozenlake", "--seed", "x"], "--seed expects an integer"),
     "play no env": (["play"], "the following arguments are required"),
     "sweep missing spec": (["sweep", "{tmp}/nope.yaml"], "is not a file"),
@@ -113,6 +129,7 @@ CASES = {
     "sweep malformed": (["sweep", "{tmp}/broken.yaml"], "is not valid YAML"),
     "sweep not a spec": (["sweep", "{tmp}/run/config.yaml", "--dry-run"], "unknown field 'rollout'"),
     "sweep bad key": (["sweep", "{tmp}/sweep.yaml", "--dry-run"], "did you mean 'rollout.group_size'"),
+    "sweep env option type": (["sweep", "{tmp}/envsweep.yaml", "--dry-run"], "must be an int, got 'abc'"),
     "sweep bad jobs": (["sweep", "{tmp}/sweep.yaml", "--jobs", "x"], "invalid int value"),
     "sweep no jobs": (["sweep", "{tmp}/sweep.yaml", "--jobs", "0", "--dry-run"], "--jobs must be >= 1"),
     "analyze not a sweep": (["analyze", "{tmp}/adir"], "has no sweep.json"),
@@ -120,7 +137,7 @@ CASES = {
     "unknown command": (["trian"], "invalid choice: 'trian'"),
 }
 DEVICE_CASES = {
-    "train device": (["train", "model.device=cuda"], "has no CUDA GPU"),
+    "train device": (["train", "--defaults", "model.device=cuda"], "has no CUDA GPU"),
     "eval device": (["eval", "some/model", "model.device=cuda"], "has no CUDA GPU"),
     "diagnose device": (["diagnose", "{tmp}/good.jsonl", "--device", "cuda", "--model", "x/y"], "has no CUDA GPU"),
 }
@@ -224,3 +241,54 @@ def test_a_config_error_fails_before_torch_is_imported(argv, tmp_path):
     code = f"import sys; from mirl.cli import main; code = main({argv!r}); print(code, 'torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert done.stdout.split() == ["2", "False"], done.stderr
+
+
+def _no_network(monkeypatch):
+    """Make every TCP connection fail, and record the attempts."""
+    import socket
+
+    attempts = []
+
+    def refuse(address, *args, **kwargs):
+        attempts.append(address)
+        raise OSError("network is off in this test")
+
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    return attempts
+
+
+def test_a_missing_relative_model_path_is_not_a_hub_id(files, monkeypatch, capsys):
+    """``mirl eval runs/typo`` where ``runs/`` exists: the path does not exist, said at once, with no network."""
+    attempts = _no_network(monkeypatch)
+    monkeypatch.chdir(files)
+    (files / "runs").mkdir()
+    code, out, err = run_cli(["eval", "runs/typo"], files, capsys)
+    assert_one_line_user_error(code, out, err, "eval", "model path 'runs/typo' does not exist")
+    assert attempts == []
+
+
+def test_an_uncached_hub_id_with_the_hub_unreachable_is_one_line(files, monkeypatch, capsys):
+    """An id that is not in the cache, while the hub cannot be reached: one line, one connection attempt, no retries."""
+    from mirl.errors import UserError
+    from mirl.run_dirs import check_model_name
+
+    attempts = _no_network(monkeypatch)
+    monkeypatch.setenv("HF_HOME", str(files / "hf"))  # an empty cache
+    monkeypatch.chdir(files)
+    with pytest.raises(UserError, match="not in the local Hugging Face cache and the Hugging Face hub cannot be"):
+        check_model_name("nobody-org/no-such-model")
+    assert len(attempts) == 1
+    code, out, err = run_cli(["diagnose", "{tmp}/good.jsonl", "--model", "nobody-org/no-such-model"], files, capsys)
+    assert_one_line_user_error(code, out, err, "diagnose", "the Hugging Face hub cannot be reached")
+
+
+def test_compare_writes_beside_the_first_run_not_into_the_current_directory(files, monkeypatch, capsys):
+    here = files / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    (files / "other").mkdir()
+    (files / "other" / "config.yaml").write_text("rollout: {group_size: 4}\n")
+    code, out, _ = run_cli(["compare", "{tmp}/run", "{tmp}/other"], files, capsys)
+    assert code == 0 and f"comparison: {files / 'compare.html'}" in out
+    assert (files / "compare.html").is_file() and list(here.iterdir()) == []

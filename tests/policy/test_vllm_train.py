@@ -50,7 +50,7 @@ def test_mirl_train_with_the_vllm_backend(tmp_path):
         "trainer.name=vllm",
         "--no-report",
     ]
-    assert main(["train", *args]) == 0
+    assert main(["train", "--defaults", *args]) == 0
     lines = [json.loads(line) for line in (out / "vllm" / "metrics.jsonl").read_text().splitlines()]
     assert [m["iteration"] for m in lines] == [1, 2]
     for metrics in lines:

@@ -1,6 +1,7 @@
 """`mirl train`, `mirl train --resume` and `mirl eval` through the real command line entry point."""
 
 import json
+import shutil
 
 import pytest
 
@@ -9,7 +10,7 @@ from mirl.cli import main
 
 @pytest.fixture
 def train_args(cli_args):
-    return lambda model_dir, out, *extra: cli_args(model_dir, out, "cli", *extra)
+    return lambda model_dir, out, *extra: ["--defaults", *cli_args(model_dir, out, "cli", *extra)]
 
 
 def test_train_resume_eval_report(tmp_path, model_dir, pick_env, capsys, train_args):
@@ -29,6 +30,35 @@ def test_train_resume_eval_report(tmp_path, model_dir, pick_env, capsys, train_a
     assert "validating 2 episodes (group size 1, max_turns 1)" in capsys.readouterr().err  # said up front
     metrics = json.loads(result.read_text())
     assert 0.0 <= metrics["val/success"] <= 1.0 and "val/pass@1/pick_word" in metrics
+
+
+def test_a_run_that_never_updated_exits_1_and_says_why(tmp_path, model_dir, pick_env, capsys, train_args):
+    """One-token replies never parse, so every group's rewards are equal, the filter keeps none and no update
+    happens: the run is written as usual, and the command ends with status 1 and one line saying why."""
+    out = tmp_path / "runs"
+    extra = ("trainer.iterations=1", "rollout.max_new_tokens=1", "diagnostics.enabled=false", "--no-report")
+    assert main(["train", *train_args(model_dir, out, *extra)]) == 1
+    captured = capsys.readouterr()
+    assert f"run directory: {out / 'cli'}" in captured.out
+    expected = "mirl train: no update happened in 1 iteration: every group's samples all failed (reward spread 0)"
+    assert captured.err.strip().splitlines()[-1].startswith(expected)
+
+
+def test_resume_without_a_checkpoint_refuses_and_restart_starts_over(tmp_path, model_dir, pick_env, capsys, train_args):
+    """A run killed before its first checkpoint: ``--resume`` says so (exit 2) and leaves the run as it is;
+    ``--resume --restart`` runs it again from iteration 1."""
+    out = tmp_path / "runs"
+    assert main(["train", *train_args(model_dir, out, "trainer.iterations=1", "--no-report")]) == 0
+    run = out / "cli"
+    shutil.rmtree(run / "checkpoints")  # as if killed while writing its first checkpoint
+    before = (run / "metrics.jsonl").read_text()
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--no-report"]) == 2
+    assert "has no checkpoint to resume from (1 iterations logged" in capsys.readouterr().err
+    assert (run / "metrics.jsonl").read_text() == before
+    assert main(["train", "--resume", str(run), "--restart", "--no-report"]) == 0
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["iteration"] for line in lines] == [1]
 
 
 def test_config_errors_reach_the_user(tmp_path, model_dir, pick_env, capsys, train_args):
@@ -83,3 +113,23 @@ def test_help_config_lists_documented_keys(capsys):
     assert all(doc for _, doc in rows.values())  # every key is documented
     assert main(["train", "--help-config"]) == 0
     assert "group_size" in capsys.readouterr().out
+
+
+def test_help_config_piped_is_one_unwrapped_row_per_key_with_its_range():
+    """Piped (``mirl train --help-config | grep lr``), every key is one tab-separated line: key, default, the
+    values it accepts, meaning; never wrapped at 80 columns."""
+    import subprocess
+    import sys
+
+    from mirl.cli.config_help import config_help
+
+    done = subprocess.run(
+        [sys.executable, "-m", "mirl.cli", "train", "--help-config"], capture_output=True, text=True, check=True
+    )
+    lines = done.stdout.splitlines()
+    assert lines[0] == "key\tdefault\trange\tmeaning" and len(lines) == 1 + len(config_help())
+    rows = {line.split("\t")[0]: line.split("\t")[1:] for line in lines[1:]}
+    assert all(len(row) == 3 and row[1] for row in rows.values())
+    assert rows["rollout.group_size"] == ["16", ">= 1", "K: rollouts per prompt group; all K share the instance seed"]
+    assert rows["filter.mode"][1] == "one of linear, softmax" and rows["rollout.top_p"][1] == "in (0, 1]"
+    assert rows["algorithm.dual_clip"][1] == "> 1 (or none)"

@@ -113,9 +113,9 @@ def _command(model_dir: Path, out: Path, name: str, iterations: int) -> list[str
     """The arguments of ``mirl``: a fresh start until the run has its config.yaml, then ``--resume``."""
     run = out / name
     if (run / "config.yaml").is_file():
-        return ["train", "--resume", str(run), "--no-report"]
+        return ["train", "--resume", str(run), "--restart", "--no-report"]  # killed before its first checkpoint
     extra = [f"model.name={model_dir}", f"trainer.output_dir={out}", f"trainer.name={name}"]
-    return ["train", "--no-report", *RUN, *extra, f"trainer.iterations={iterations}"]
+    return ["train", "--defaults", "--no-report", *RUN, *extra, f"trainer.iterations={iterations}"]
 
 
 def _child(argv: list[str], window: str, seed: int) -> int:

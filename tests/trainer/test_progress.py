@@ -73,6 +73,13 @@ def test_training_draws_rollout_scoring_and_validation_bars(formatted_policy, ru
     assert [(label, unit) for label, unit, _ in bars] == expected
     for _, _, calls in bars:
         _assert_bar(calls)
+    # not a terminal: plain lines, each stage's first and last, and one per iteration (mirl.plain_progress)
+    lines = console.file.getvalue().splitlines()
+    for label, unit, calls in bars:
+        total = calls[0][1]
+        assert any(f"] {label}  0/{total} {unit}  elapsed 0:" in line for line in lines), lines
+        assert any(f"] {label}  {total}/{total} {unit}  elapsed " in line for line in lines), lines
+    assert any("] train  1/1  elapsed " in line and "success " in line for line in lines), lines
 
 
 def test_work_bar_is_removed_and_off_without_progress(tmp_path, run_config):
@@ -119,3 +126,40 @@ def test_train_checks_a_config_built_in_python(tmp_path, formatted_policy, run_c
         with pytest.raises(ConfigError, match=message):
             train(dataclasses.replace(config, **changes), policy=formatted_policy)
     assert not (tmp_path / "python").exists() and not (tmp_path.parent.parent / "escaped").exists()
+
+
+def test_plain_lines_come_at_most_every_interval():
+    from mirl.plain_progress import PlainProgress
+
+    console = Console(file=io.StringIO(), width=60)  # narrower than a line: lines are not wrapped
+    progress = PlainProgress(console, interval_s=3600)
+    task = progress.add_task("rollout", total=None, unit="turns")
+    for done in range(11):
+        progress.update(task, completed=done, total=10)
+    lines = console.file.getvalue().splitlines()
+    assert len(lines) == 2  # the first (0/10) and the last (10/10); the rest fall inside the interval
+    assert lines[0].endswith("] rollout  0/10 turns  elapsed 0:00") and "] rollout  10/10 turns  elapsed" in lines[1]
+    every = PlainProgress(console, interval_s=0)
+    task = every.add_task("scoring", total=4)
+    for done in range(5):
+        every.update(task, completed=done)
+    assert len(console.file.getvalue().splitlines()) == 2 + 5
+
+
+def test_a_timer_repeats_the_newest_line_between_updates():
+    """A rollout turn may take minutes with no update: the line of the newest task comes again every interval."""
+    import time
+
+    from mirl.plain_progress import PlainProgress
+
+    console = Console(file=io.StringIO(), width=200)
+    with PlainProgress(console, interval_s=0.05) as progress:
+        progress.add_task("train", total=2)
+        task = progress.add_task("rollout", total=None, unit="turns")
+        progress.update(task, completed=0, total=2)
+        time.sleep(0.5)
+    lines = console.file.getvalue().splitlines()
+    assert len(lines) >= 3 and all("] rollout  0/2 turns  elapsed 0:0" in line for line in lines), lines
+    count = len(lines)
+    time.sleep(0.2)
+    assert len(console.file.getvalue().splitlines()) == count  # stopped with the block

@@ -63,7 +63,7 @@ def test_train_refuses_a_link_at_an_output_path(tmp_path, model_dir, pick_env, c
     run = tmp_path / "run"
     run.mkdir()
     (run / name).symlink_to(victim / "precious" if "." in name else victim)
-    assert main(["train", *run_args(model_dir, tmp_path, "trainer.iterations=1")]) == 2
+    assert main(["train", "--defaults", *run_args(model_dir, tmp_path, "trainer.iterations=1")]) == 2
     assert "symbolic link" in _one_line_error(capsys, "train")
     assert [p.name for p in victim.iterdir()] == ["precious"] and (victim / "precious").read_text() == "keep me"
 
@@ -96,7 +96,7 @@ def test_links_inside_output_folders_are_replaced_not_followed(tmp_path, model_d
     outputs = [run / "report.html", *pngs, html, tmp_path / "cmp" / "compare.png", result]
     planted += [_plant(path, victims / f"v{i}") for i, path in enumerate(outputs)]
 
-    assert main(["train", *run_args(model_dir, tmp_path, "trainer.iterations=1")]) == 0
+    assert main(["train", "--defaults", *run_args(model_dir, tmp_path, "trainer.iterations=1")]) == 0
     assert main(["compare", str(run), "--out", str(html)]) == 0
     assert main(["eval", str(run), "validation.num_instances=1", "--out", str(result)]) == 0
     written = [p for p in [rollout, run / "checkpoints" / "iteration_000001" / "state.pt", *outputs] if p.exists()]

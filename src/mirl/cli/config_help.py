@@ -1,4 +1,5 @@
-"""``mirl train --help-config``: every config key with the comment that documents it in ``mirl/config.py``."""
+"""``mirl train --help-config``: every config key with its default, the values it accepts (the checks in
+``mirl/config_checks.py``) and the comment that documents it in ``mirl/config.py``."""
 
 from __future__ import annotations
 
@@ -37,13 +38,57 @@ def config_help(cls: type = config_module.Config, prefix: str = "") -> list[tupl
     return rows
 
 
-def print_config_help() -> None:
+SPECIAL = {
+    "envs": "a list of {name, weight > 0, options} (mirl envs lists names and options)",
+    "model.device": "auto, cpu, mps, cuda, cuda:N, xpu or xpu:N",
+    "trainer.name": "one path component of letters, digits and _ . + = , @ - (or none)",
+    "diagnostics.scopes": "a list of first_turn, trajectory, turn_position",
+    "diagnostics.ks": "a non-empty list of whole numbers >= 1",
+}
+
+
+def key_range(key: str, default: str) -> str:
+    """What ``key`` accepts, from the checks in :mod:`mirl.config_checks`.
+
+    >>> key_range("rollout.group_size", "16"), key_range("filter.mode", "'linear'"), key_range("x.flag", "True")
+    ('>= 1', 'one of linear, softmax', 'true or false')
+    """
+    from mirl import config_checks as checks
+
+    def shown(allowed) -> str:
+        return "any finite number" if allowed.lo == -checks.INF and allowed.hi == checks.INF else str(allowed)
+
+    optional = " (or none)" if default == "None" else ""
+    if key in checks.CHOICES:
+        return f"one of {', '.join(checks.CHOICES[key])}"
+    if key in checks.OPTIONAL_CHOICES:
+        return f"none or one of {', '.join(checks.OPTIONAL_CHOICES[key])}"
+    if key in checks.RANGES:
+        return f"{shown(checks.RANGES[key])}{optional}"
+    if key == "filter.value":
+        return "; ".join(f"{strategy}: {shown(allowed)}" for strategy, allowed in checks.FILTER_VALUE.items())
+    if default in ("True", "False"):
+        return "true or false"
+    return SPECIAL.get(key, f"text{optional}")
+
+
+def print_config_help(file=None) -> None:
+    """A table on a terminal; otherwise one tab-separated line per key (key, default, range, meaning), unwrapped,
+    so that ``mirl train --help-config | grep lr`` shows whole rows."""
+    import sys
+
+    file = file if file is not None else sys.stdout
+    rows = [(key, default, key_range(key, default), doc) for key, default, doc in config_help()]
+    if not file.isatty():
+        file.write("key\tdefault\trange\tmeaning\n")
+        file.writelines("\t".join(row) + "\n" for row in rows)
+        return
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title="mirl config keys (override with key.sub=value)")
-    for column in ("key", "default", "meaning"):
+    for column in ("key", "default", "range", "meaning"):
         table.add_column(column, overflow="fold")
-    for row in config_help():
+    for row in rows:
         table.add_row(*row)
-    Console().print(table)
+    Console(file=file).print(table)

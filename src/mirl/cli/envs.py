@@ -3,7 +3,9 @@
 ``mirl play`` prints the instruction, the legend and the legal actions once, then exactly the observation text an
 agent would be shown, and after each action its reward. Actions are read line by line from stdin, so a game can
 be scripted (``printf 'Up\\nLeft\\n' | mirl play sokoban --seed 3``); it ends at EOF, on ``quit``, when the
-episode terminates or is truncated, or when the env's action budget is spent. Blank lines are ignored. An
+episode terminates or is truncated, or when the env's action budget is spent. Blank lines are ignored. Arrow keys
+(then Enter) are moves in an env with directions (one move per arrow); any other escape sequence a key sends is
+refused as no action and costs nothing from the budget. An
 action that starts with a line opening a code fence (```) runs on to the line that closes it, so a program can be
 pasted as one answer (``mirl play deepcoder``, which then shows the verdict of every test).
 Options are ``key=value`` words: ``true``/``false`` become bools, ``none`` None, numbers int or float, and a
@@ -13,10 +15,13 @@ comma-separated value a tuple (``num_numbers=3,4``).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import Any
 
 QUIT = "quit"
+ARROWS = {"A": "Up", "B": "Down", "C": "Right", "D": "Left"}  # the final letter of each arrow key's sequence
+_ESCAPE = re.compile(r"\x1b(?:\[[0-9;]*|O)?([A-Za-z~])")  # ESC [ A (normal mode), ESC O A (application mode)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -134,6 +139,31 @@ def read_action(stream) -> str:
     return "".join(block + [more]).rstrip("\n")
 
 
+def key_actions(line: str, action_words: tuple[str, ...] | None) -> list[str] | None:
+    r"""The actions one input line stands for: ``[]`` for a blank line, the line itself, or, for a line of arrow
+    keys (the terminal sends each as an escape sequence such as ``ESC [ A``), one move per arrow when the env has
+    that direction word. None when the line holds an escape sequence that is not such an arrow: it is no action.
+
+    >>> key_actions("\x1b[A\x1b[D\n", ("Left", "Down", "Right", "Up")), key_actions("Up\n", None)
+    (['Up', 'Left'], ['Up'])
+    >>> key_actions("\x1b[A\n", None), key_actions("\x1b[5~\n", ("Up",)), key_actions("  \n", None)
+    (None, None, [])
+    """
+    text = line.rstrip("\n")
+    if "\x1b" not in text:
+        return [text] if text.strip() else []
+    keys = _ESCAPE.findall(text)
+    words = {word.casefold(): word for word in action_words or ()}
+    moves = [words.get(ARROWS.get(key, "").casefold()) for key in keys]
+    if not keys or None in moves or _ESCAPE.sub("", text).strip():
+        return None
+    return moves
+
+
+def _example(env: Any) -> str:
+    return env.action_words[0] if env.action_words else "an answer"
+
+
 def run_play(args: argparse.Namespace) -> int:
     from mirl.envs import make
 
@@ -151,14 +181,18 @@ def run_play(args: argparse.Namespace) -> int:
         line = read_action(sys.stdin)
         if not line or line.strip().lower() == QUIT:
             break
-        if not line.strip():
-            continue
-        observation, reward, terminated, truncated, info = env.step(line.rstrip("\n"))
-        total, used = total + reward, used + 1
-        note = "" if info["action_valid"] else "  (invalid action: nothing happened)"
-        print(f"\nreward: {reward:g}  return: {total:g}  actions: {used}/{env.default_action_budget}{note}")
-        print(observation, flush=True)
-        done = terminated or truncated or used >= env.default_action_budget
+        actions = key_actions(line, env.action_words)
+        if actions is None:
+            print(f"(not an action: a key other than an arrow; type an action such as {_example(env)})", flush=True)
+        for action in actions or ():
+            observation, reward, terminated, truncated, info = env.step(action)
+            total, used = total + reward, used + 1
+            note = "" if info["action_valid"] else "  (invalid action: nothing happened)"
+            print(f"\nreward: {reward:g}  return: {total:g}  actions: {used}/{env.default_action_budget}{note}")
+            print(observation, flush=True)
+            done = terminated or truncated or used >= env.default_action_budget
+            if done:
+                break
     if done:
         print(f"\nepisode over: success={info['success']}, return={total:g}, actions={used}")
     return 0

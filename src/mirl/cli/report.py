@@ -1,13 +1,15 @@
 """``mirl report RUN_DIR`` and ``mirl compare RUN_A RUN_B ...``: HTML reports from run directories.
 
-Both commands print where they wrote, every piece of data they could not find, and how long they took; they
-exit 0 with a partial report when files are missing or lines are malformed (each listed with its line number), and
-2 when a path is not a run directory or ``--out`` cannot be a file.
+``mirl compare`` writes ``compare.html`` (and its PNGs under ``compare/``) beside the first run directory unless
+``--out`` says where. Both commands print where they wrote, every piece of data they could not find, and how long
+they took; they exit 0 with a partial report when files are missing or lines are malformed (each listed with its
+line number), and 2 when a path is not a run directory or ``--out`` cannot be a file.
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def _iterations(text: str) -> list[int]:
@@ -54,7 +56,9 @@ def register(subparsers) -> None:
         description="Overlay success, return, val success, MI-Est, retrieval-acc, entropy and kept ratio.",
     )
     compare.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories to compare")
-    compare.add_argument("--out", metavar="FILE", help="HTML file to write (default ./compare.html)")
+    compare.add_argument(
+        "--out", metavar="FILE", help="HTML file to write (default compare.html beside the first run directory)"
+    )
     compare.add_argument("--labels", nargs="+", metavar="LABEL", help="one legend label per run (default: run names)")
     compare.add_argument("--scope", default="trajectory", help="diagnostics scope for MI curves (default trajectory)")
     compare.add_argument("--family", default="est", help="diagnostics score family (default est)")
@@ -92,8 +96,9 @@ def run_compare(args: argparse.Namespace) -> int:
 
     for run_dir in args.run_dirs:
         check_run_directory(run_dir)
-    check_output_file(args.out or "compare.html")
+    out = args.out or Path(args.run_dirs[0]).resolve().parent / "compare.html"  # never the current directory
+    check_output_file(out)
     # a FileNotFoundError or ValueError is a user error: one line from mirl.cli.main, the traceback with --debug
-    result = build_comparison(args.run_dirs, args.out, labels=args.labels, scope=args.scope, family=args.family)
+    result = build_comparison(args.run_dirs, out, labels=args.labels, scope=args.scope, family=args.family)
     _print_result(result, "comparison")
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 
@@ -13,9 +14,13 @@ def register(subparsers) -> None:
         help="train a policy (rollout, filter, update, diagnostics, report)",
         description="Train with a YAML config from configs/ and key.sub=value overrides.",
     )
-    train.add_argument("config", nargs="?", help="YAML config (e.g. configs/quickstart.yaml); omitted = defaults")
+    train.add_argument("config", nargs="?", help="YAML config, e.g. configs/quickstart.yaml (or --defaults)")
     train.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. rollout.group_size=8")
     train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
+    train.add_argument(
+        "--restart", action="store_true", help="with --resume: start again from iteration 0 when there is no checkpoint"
+    )
+    train.add_argument("--defaults", action="store_true", help="train with the built-in defaults (no config file)")
     train.add_argument("--no-report", action="store_true", help="do not build report.html at the end")
     train.add_argument("--help-config", action="store_true", help="list every config key with its documentation")
     train.set_defaults(func=run_train)
@@ -45,8 +50,10 @@ def run_train(args: argparse.Namespace) -> int:
     """Check the config first (light imports only, so a bad key fails in about a second), then import torch and
     the trainer and run."""
     from mirl.cli.paths import check_run_directory
+    from mirl.cli.train_checks import NO_UPDATE, no_update_reason, require_checkpoint, require_config
     from mirl.config import load_config
     from mirl.errors import UserError
+    from mirl.run_dirs import check_model_name
 
     if args.help_config:
         from mirl.cli.config_help import print_config_help
@@ -54,11 +61,17 @@ def run_train(args: argparse.Namespace) -> int:
         print_config_help()
         return 0
     path, overrides = _split(args.config, args.overrides)
+    if args.restart and not args.resume:
+        raise UserError("--restart goes with --resume RUN_DIR: it starts that run again from iteration 0")
     if args.resume:
         if path is not None:
             raise UserError("--resume takes the run's own config.yaml; pass only key=value overrides")
         path = check_run_directory(args.resume) / "config.yaml"
     config = load_config(path, overrides)
+    require_config(path, args.defaults, args.resume)
+    if args.resume:
+        require_checkpoint(Path(args.resume), args.restart)
+    check_model_name(config.model.name, probe_hub=False)  # a missing path fails before torch is imported
     import torch
 
     from mirl.policy.sources import resolve_device
@@ -77,6 +90,10 @@ def run_train(args: argparse.Namespace) -> int:
 
         report = build_report(result.run_dir)
         print(f"  report:   {report.html_path}  (built in {report.seconds:.1f} s)")
+    reason = no_update_reason(result.run_dir)
+    if reason:
+        print(f"mirl train: {reason}", file=sys.stderr)
+        return NO_UPDATE
     return 0
 
 
@@ -84,13 +101,15 @@ def run_eval(args: argparse.Namespace) -> int:
     """Check ``--out`` and the config with light imports only, then import torch, load the model and validate."""
     from mirl.cli.paths import check_output_file
     from mirl.config import load_config
-    from mirl.run_dirs import find_run_weights
+    from mirl.run_dirs import check_model_name, find_run_weights
 
     check_output_file(args.out)
     found = find_run_weights(args.target)
     config_path = args.config or (found.run_dir / "config.yaml" if found else None)
     overrides = list(args.overrides) if found else [f"model.name={args.target}", *args.overrides]
     config = load_config(config_path, overrides)
+    if not found:
+        check_model_name(config.model.name, probe_hub=False)  # a missing path fails before torch is imported
     import torch
     from rich.console import Console
     from rich.table import Table

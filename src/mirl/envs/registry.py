@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Any
 
 from mirl.envs.base import TextEnv
+from mirl.envs.option_types import option_hints, type_problem
 
 _REGISTRY: dict[str, type[TextEnv]] = {}
 registry: MappingProxyType[str, type[TextEnv]] = MappingProxyType(_REGISTRY)  # read-only view
@@ -79,7 +80,8 @@ def env_options(name: str) -> dict[str, tuple[Any, str]]:
 
 
 def check_options(name: str, options: Mapping[str, Any]) -> None:
-    """Raise ``ValueError`` for an unknown env or option, a NaN/inf number, or a value outside the env's bounds.
+    """Raise ``ValueError`` for an unknown env or option, a value of the wrong type (the ``__init__`` annotations,
+    :mod:`mirl.envs.option_types`), a NaN/inf number, or a value outside the env's bounds.
 
     Upper bounds are the class attribute ``option_limits``: ``{option: largest value}``, for numbers or
     sequences of numbers (lower bounds and types are the constructor's to check). Nothing is built, so a
@@ -89,11 +91,18 @@ def check_options(name: str, options: Mapping[str, Any]) -> None:
     valid = list(env_options(name))
     takes_any = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(cls.__init__).parameters.values())
     limits = getattr(cls, "option_limits", {})
+    hints = option_hints(cls.__init__)
     for key, value in options.items():
         if key not in valid and not takes_any:
             raise ValueError(
                 f"unknown option {key!r} for environment {name!r}; valid options: "
                 f"{', '.join(valid) or '(none)'}.{_nearest(key, valid)}"
+            )
+        expected = type_problem(hints[key], value) if key in hints else None
+        if expected:
+            default = env_options(name)[key][0]
+            raise ValueError(
+                f"option {key} of environment {name!r} must be {expected}, got {value!r}; e.g. {key}={default}"
             )
         numbers = [v for v in (value if isinstance(value, list | tuple) else [value]) if _is_number(v)]
         if any(not math.isfinite(v) for v in numbers):

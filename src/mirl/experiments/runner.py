@@ -63,8 +63,9 @@ def train_command(spec: SweepSpec, plan: PlannedRun, runs_dir: Path, resume: boo
     """The ``mirl train`` command line of one run (a fresh start or a resume)."""
     command = [sys.executable, "-m", "mirl.cli", "train"]
     if resume:
-        return [*command, "--resume", str(runs_dir / plan.name), "--no-report"]
-    base = [str(spec.base)] if spec.base is not None else []
+        # --restart: a run killed before its first checkpoint starts again from iteration 0
+        return [*command, "--resume", str(runs_dir / plan.name), "--restart", "--no-report"]
+    base = [str(spec.base)] if spec.base is not None else ["--defaults"]
     return [
         *command,
         *base,

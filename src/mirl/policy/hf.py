@@ -31,6 +31,8 @@ log-probs are chunked, restricted and checkpointed is in :mod:`mirl.policy.hf_lo
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import os
 from collections.abc import Iterable, Sequence
 
@@ -45,6 +47,14 @@ from mirl.policy.sources import load_model_and_tokenizer, resolve_device, resolv
 from mirl.types import Generation, SamplingParams
 
 __all__ = ["HFPolicy", "end_of_turn_ids", "sample_tokens"]
+
+
+@functools.cache
+def cache_keyword(decoder_class: type) -> str:
+    """The decoder's name for its KV-cache argument: ``cache`` in current transformers (which deprecates
+    ``past_key_values`` with a warning on every call), ``past_key_values`` in releases before the rename."""
+    parameters = inspect.signature(decoder_class.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
 
 
 class HFPolicy:
@@ -129,12 +139,14 @@ class HFPolicy:
 
     def _backbone(self, input_ids, attention_mask, position_ids, cache=None) -> torch.Tensor:
         """Final hidden states (B, T, H) of the decoder, extending ``cache`` in place when given."""
-        out = self.model.get_decoder()(
+        decoder = self.model.get_decoder()
+        extra = {cache_keyword(type(decoder)): cache} if cache is not None else {}
+        out = decoder(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            past_key_values=cache,
             use_cache=cache is not None,
+            **extra,
         )
         return out.last_hidden_state
 

@@ -10,7 +10,10 @@
 2. an existing directory: itself;
 3. a ``.gguf`` file: its directory plus ``gguf_file=...`` (transformers dequantises it; needs ``gguf`` and
    ``accelerate``);
-4. a hub id ``org/name``: local files only when it is cached or ``HF_HUB_OFFLINE`` is set, else a download.
+4. a hub id ``org/name``: local files only when it is cached or ``HF_HUB_OFFLINE`` is set, else a download. A name
+   that can only be a path (``./x``, ``a/b/c``, ``runs/typo`` where ``runs/`` exists) and does not exist, or an
+   uncached id while the hub cannot be reached, is refused before any network request
+   (:func:`mirl.run_dirs.check_model_name`).
 
 ``<cache>`` is ``cache_dir``, else ``$MIRL_CACHE``, else ``~/.cache/mirl``.
 
@@ -35,7 +38,7 @@ from pathlib import Path
 import torch
 
 from mirl.errors import DeviceError
-from mirl.run_dirs import RunWeights, find_run_weights  # noqa: F401  (re-exported: the loaders use them)
+from mirl.run_dirs import RunWeights, check_model_name, find_run_weights  # noqa: F401  (re-exported)
 
 # ChatML, the chat format of SmolLM2 and Qwen: <|im_start|>role\n content <|im_end|>\n
 CHATML_TEMPLATE = (
@@ -171,6 +174,7 @@ def resolve_model(name: str, cache_dir: str | os.PathLike | None = None) -> tupl
             raise FileNotFoundError(f"GGUF file {name!r} does not exist; pass an existing .gguf path")
         require_gguf_support()
         return str(path.resolve().parent), {"gguf_file": path.name}
+    check_model_name(name, tuple(BUILTINS))  # a missing path, or an uncached id with the hub unreachable: no download
     if _HUB_ID.match(name) and not name.startswith((".", "/", "~")):
         if hub_cached(name) or os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
             return name, {"local_files_only": True}

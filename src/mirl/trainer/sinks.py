@@ -1,5 +1,6 @@
 """Where metrics go: metrics.jsonl (always), TensorBoard (when installed), Weights & Biases (on request), and a
-rich progress bar with ETA and the headline metrics on the console. Long steps inside an iteration (rollout, scoring
+rich progress bar with ETA and the headline metrics on the console (plain periodic lines when the console is not a
+terminal: :mod:`mirl.plain_progress`). Long steps inside an iteration (rollout, scoring
 for the diagnostics, validation) get a second bar under it for as long as they run (:meth:`Sinks.work`).
 
 Every key handed to :meth:`Sinks.log` must be in the catalogue (:mod:`mirl.trainer.metrics`); an unknown key is a
@@ -42,18 +43,19 @@ class Sinks:
         for record in read_records(self.metrics_path):  # a resumed run: its final values span every segment
             self.latest.update({k: v for k, v in record.items() if k not in ("iteration", "time")})
         self.progress = None
-        if config.progress:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+        if config.progress:  # a bar on a terminal, periodic lines otherwise (mirl.plain_progress)
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
 
-            self.progress = Progress(
+            from mirl.plain_progress import make_progress
+
+            columns = (
                 TextColumn("[bold]{task.description}"),
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeRemainingColumn(),
                 TextColumn("{task.fields[headline]}"),
-                console=console,
-                transient=False,
             )
+            self.progress = make_progress(columns, console, transient=False)
             self.task = self.progress.add_task("train", total=total, completed=start, headline="")
             self.progress.start()
 
@@ -101,7 +103,7 @@ class Sinks:
         if self.progress is None:
             yield None
             return
-        task = self.progress.add_task(f"  {label}", total=None, headline=unit)
+        task = self.progress.add_task(f"  {label}", total=None, headline=unit, unit=unit)
 
         def update(done: int, total: int) -> None:
             self.progress.update(task, completed=done, total=total)

@@ -1,0 +1,71 @@
+"""What ``mirl train`` checks around a run: that it was given a config, that a run to resume has a checkpoint,
+and, at the end, that the policy was updated at least once.
+
+A run that never updated its policy (the filter kept no group in any iteration, so no optimiser step was taken)
+ends with exit status 1 and one line saying why; its run directory and report are written as usual.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from mirl.errors import UserError
+
+QUICKSTART = "configs/quickstart.yaml"
+NO_UPDATE = 1  # exit status of a run that took no optimiser step
+_CHECKPOINT = re.compile(r"iteration_\d+")
+
+
+def require_config(path: str | None, defaults: bool, resume: str | None) -> None:
+    """A fresh run needs a config file, or ``--defaults`` to say that the built-in defaults (a long run) are meant."""
+    if path is None and not defaults and not resume:
+        raise UserError(
+            f"no config given; start with `mirl train {QUICKSTART}` (the CPU quickstart), or pass --defaults to "
+            "train with the built-in defaults (400 iterations)"
+        )
+
+
+def has_checkpoint(run_dir: Path) -> bool:
+    """Whether ``run_dir/checkpoints`` holds a complete checkpoint (a real folder with ``state.pt``)."""
+    folder = run_dir / "checkpoints"
+    if not folder.is_dir():
+        return False
+    return any(
+        _CHECKPOINT.fullmatch(p.name) and not p.is_symlink() and (p / "state.pt").is_file() for p in folder.iterdir()
+    )
+
+
+def require_checkpoint(run_dir: Path, restart: bool) -> None:
+    """``--resume`` continues from a checkpoint; without one it refuses unless ``--restart`` allows starting again
+    from iteration 0 (which discards the logged iterations)."""
+    if restart or has_checkpoint(run_dir):
+        return
+    from mirl.trainer.rundir import read_records
+
+    logged = len(read_records(run_dir / "metrics.jsonl"))
+    raise UserError(
+        f"run directory {str(run_dir)!r} has no checkpoint to resume from ({logged} iterations logged, none "
+        "saved; see trainer.checkpoint_every); add --restart to start it again from iteration 0"
+    )
+
+
+def no_update_reason(run_dir: Path) -> str | None:
+    """None when some iteration of the run updated the policy; else why none did, from its ``metrics.jsonl``."""
+    from mirl.trainer.rundir import read_records
+
+    records = read_records(run_dir / "metrics.jsonl")
+    if not records or any(record.get("filter/kept_trajectories", 0) > 0 for record in records):
+        return None
+    count = len(records)
+    zero_spread = all(record.get("filter/spread_mean_before", 0.0) == 0.0 for record in records)
+    success = sum(record.get("rollout/success", 0.0) for record in records) / count
+    if zero_spread:
+        tone = "all failed" if success == 0.0 else "all succeeded" if success == 1.0 else "had equal returns"
+        why = (
+            f"every group's samples {tone} (reward spread 0), so the filter kept no group; raise "
+            "rollout.group_size or rollout.temperature, or pick an easier env setting"
+        )
+    else:
+        why = "the filter kept no group; loosen it (filter.value) or use filter.strategy=none"
+    return f"no update happened in {count} iteration{'s' * (count != 1)}: {why}"
