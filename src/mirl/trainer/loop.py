@@ -15,6 +15,7 @@ from mirl.config import Config
 from mirl.diagnostics.groups import label_counts, label_groups
 from mirl.diagnostics.run import DiagnosticsState, is_scheduled, run_diagnostics
 from mirl.filtering import group_spread
+from mirl.rollout.prompts import EXAMPLE_REASONING
 from mirl.trainer import stages
 from mirl.trainer.early_stop import after_selection, after_validation
 from mirl.trainer.run import (
@@ -126,6 +127,8 @@ def run_iteration(
                 state.diagnostics,
                 generator=torch.Generator().manual_seed(seed),
                 progress=progress,
+                sample_temperature=config.rollout.temperature,
+                format_reasoning=EXAMPLE_REASONING if config.rollout.format_example else None,
             )
     with timer("filter"):
         selection, rows = stages.select(returns, config)
