@@ -165,6 +165,11 @@ def test_compare_overlays_runs_and_tabulates_final_and_peak(make_run, tmp_path):
     success = rundir.read_run(a).metrics.get("rollout/success")
     cell = f"{overview.fmt(success.last)} / {overview.fmt(success.peak)} @{success.peak_iteration}"
     assert f'<td>base</td><td class="num">{cell}</td>' in page
+    summary = section_html(page, "sec-summary")
+    assert summary.index("<h3>Verdict</h3>") < summary.index("<h3>Runs</h3>")  # one verdict row per run first
+    assert "<td>base</td><td>unhealthy</td><td>10 of 10</td>" in summary  # a template collapse called
+    assert "<td>filtered</td><td>check</td><td>5 of 10</td>" in summary  # still running, 2 diagnosed
+    assert "too few diagnosed iterations to call a regime (2, need 3)" in summary
     assert_self_contained(page)
 
 
