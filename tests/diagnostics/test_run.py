@@ -187,3 +187,16 @@ def test_progress_says_the_total_first_and_ends_there(policy, episodes):
     assert calls[0] == (0, total) and calls[-1] == (total, total) and total > 0
     assert all(t == total for _, t in calls)  # the total is known before scoring starts, action matrices included
     assert [done for done, _ in calls] == sorted(done for done, _ in calls)
+
+
+def test_an_undefined_zscore_is_left_out_of_the_logged_keys():
+    # every row scores [-1, -2] under the two columns: all marginals equal, marginal_std = 0 < std_eps
+    per_token = torch.tensor([[-1.0, -2.0], [-1.0, -2.0]], dtype=torch.float64)
+    scores = run._Scores(per_token * 3, per_token, torch.tensor([0, 1]), (0, 1))
+    out = {}
+    est = run._family(out, "trajectory", "", scores, DiagnosticsConfig(), DiagnosticsState())
+    assert math.isnan(est["mi_zscore"]) and math.isnan(est["mi_zscore_ema"])  # the core says NaN
+    for family in ("est", "seq"):
+        assert f"diag/trajectory/{family}/mi_zscore" not in out  # the log leaves it out
+        assert f"diag/trajectory/{family}/mi_zscore_ema" not in out
+        assert out[f"diag/trajectory/{family}/marginal_std"] == 0.0 and f"diag/trajectory/{family}/mi_estimate" in out
