@@ -98,7 +98,7 @@ class RolloutConfig:
 
 @dataclass
 class AlgorithmConfig:
-    # "ppo", "dapo", "grpo" or "dr_grpo" (REFERENCE §6); the fields below left None take the preset's value
+    # "ppo", "dapo", "grpo" or "dr_grpo" (docs/metrics.md); the fields below left None take the preset's value
     preset: str = "ppo"
     # lower clip range of the importance ratio; None = preset
     eps_low: float | None = None
@@ -150,7 +150,7 @@ class AlgorithmConfig:
 
 @dataclass
 class FilterConfig:
-    # "top_p", "top_k", "top_k_abs", "min_p", "band", "none" (REFERENCE §4)
+    # "top_p", "top_k", "top_k_abs", "min_p", "band", "none" (docs/metrics.md, filter)
     strategy: str = "top_p"
     # p for top_p / min_p, fraction for top_k, count for top_k_abs
     value: float = 0.9
@@ -206,10 +206,14 @@ class DiagnosticsConfig:
     gradient_every: int = 0
     # "quantile" (6 equal-size buckets) or "fixed" ([0,1), [1,2), ..., [5, inf))
     gradient_buckets: str = "quantile"
-    # per-token H(Z|X) (nats) separating high from low within-input diversity in the regime name
+    # per-token H(Z|X) (nats, scored at T = 1) separating high from low diversity, for samples drawn at T = 1
     regime_entropy_threshold: float = 0.5
     # MI-Est as a fraction of log N separating input-grounded from collapsed in the regime name
     regime_mi_fraction: float = 0.1
+    # fewer distinct prompt columns than this: the scope's regime is "undetermined" (docs/metrics.md)
+    regime_min_columns: int = 4
+    # fewer determined diagnosed iterations than this: the run's regime is "undetermined" (report, summary)
+    regime_min_iterations: int = 3
 
 
 @dataclass

@@ -123,6 +123,8 @@ RANGES: dict[str, Range] = {
     "diagnostics.gradient_every": NON_NEGATIVE,
     "diagnostics.regime_entropy_threshold": NON_NEGATIVE,
     "diagnostics.regime_mi_fraction": PROBABILITY,
+    "diagnostics.regime_min_columns": Range(2),
+    "diagnostics.regime_min_iterations": AT_LEAST_ONE,
     "validation.every": Range(-1),
     "validation.num_instances": AT_LEAST_ONE,
     "validation.group_size": AT_LEAST_ONE,

@@ -33,6 +33,9 @@ def test_report_writes_html_and_lists_what_is_missing(tmp_path, capsys):
     assert "  - Reward matrices: groups.jsonl is missing or empty" in out
     assert "  - Gradient norms: no grad/<bucket>/<component>/norm metrics" in out
     assert (run / "report.html").is_file()
+    last = out.strip().splitlines()[-1]  # the verdict's summary line, as mirl train prints it
+    assert last.startswith("summary: check | status finished | iterations 6 of 6 |")
+    assert "no MI diagnostics logged: input dependence and regime unknown" in last
 
 
 def test_report_options(tmp_path, capsys):

@@ -57,8 +57,8 @@ def slow_mi_proxies(rows, true_col, col_group=None, ks=(1, 2, 4, 8), std_eps=1e-
         "matched_mean": mean(matched),
         "marginal_mean": mean(marginal),
         "marginal_std": std,
-        "mi_zscore": gap / (std + std_eps),
-        "mi_zscore_ema": gap / (std + std_eps),
+        "mi_zscore": gap / (std + std_eps) if std >= std_eps else math.nan,  # undefined below the floor
+        "mi_zscore_ema": gap / (std + std_eps) if std >= std_eps else math.nan,
     }
     for k in sorted({1, *ks}):
         k_eff = min(k, num_cols)
@@ -73,7 +73,7 @@ def slow_mi_proxies(rows, true_col, col_group=None, ks=(1, 2, 4, 8), std_eps=1e-
 def assert_close(got, want, tol=TOL):
     assert set(got) == set(want)
     for key in want:
-        assert got[key] == pytest.approx(want[key], rel=tol, abs=tol), key
+        assert got[key] == pytest.approx(want[key], rel=tol, abs=tol, nan_ok=True), key
 
 
 def test_docstrings():
@@ -91,8 +91,8 @@ def test_two_by_two_by_hand():
     assert out["conditional_entropy"] == pytest.approx(-math.log(0.75), abs=TOL)
     assert out["reasoning_entropy"] == pytest.approx(math.log(2), abs=TOL)
     assert out["marginal_std"] == pytest.approx(0.0, abs=TOL)  # both marginals are log 1/2
-    assert out["mi_zscore"] == pytest.approx(math.log(1.5) / 1e-3, rel=TOL)  # std 0 -> divide by eps alone
-    assert out["mi_zscore_ema"] == out["mi_zscore"]
+    # std 0 < std_eps: the quotient would be log 1.5 / 1e-3 = 405, a number made by the floor -> undefined
+    assert math.isnan(out["mi_zscore"]) and math.isnan(out["mi_zscore_ema"])
     # N = 2: k_eff = 2 for k = 2, 4, 8, so every @k accuracy and chance is 1
     assert (out["retrieval_acc"], out["retrieval_chance"], out["retrieval_above_chance"]) == (1.0, 0.5, 0.5)
     assert out["retrieval_acc@8"] == out["retrieval_chance@8"] == 1.0
@@ -255,6 +255,19 @@ def test_ema_inside_mi_proxies():
     assert ema.s_ema == pytest.approx(s_ema, abs=TOL)
     assert second["mi_zscore_ema"] == pytest.approx(second["mi_estimate"] / (s_ema + 1e-3), rel=TOL)
     assert second["mi_zscore_ema"] != pytest.approx(second["mi_zscore"], rel=1e-3)
+
+
+def test_zscore_is_undefined_below_the_floor_and_defined_above_it():
+    # marginals (per row) -0.5 and -0.5 + 2d: population std = d
+    def rows(d):
+        # row i: [a_i, a_i] -> marginal_i = a_i (logsumexp of two equal entries minus log 2)
+        return torch.tensor([[-0.5, -0.5], [-0.5 + 2 * d, -0.5 + 2 * d]], dtype=torch.float64)
+
+    below = mi_proxies(rows(0.0004), torch.tensor([0, 1]))  # std 4e-4 < 1e-3
+    assert below["marginal_std"] == pytest.approx(4e-4, rel=1e-9)
+    assert math.isnan(below["mi_zscore"]) and math.isnan(below["mi_zscore_ema"])
+    above = mi_proxies(rows(0.002), torch.tensor([0, 1]))  # std 2e-3: defined; gap 0 -> 0 / 3e-3
+    assert above["mi_zscore"] == 0.0 and above["mi_zscore_ema"] == 0.0
 
 
 def test_ema_state_dict_round_trip():

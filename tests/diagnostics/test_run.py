@@ -61,7 +61,8 @@ def test_state_keeps_one_ema_per_scope_and_family_and_round_trips():
 
 
 def test_run_returns_exactly_catalogue_keys_for_every_scope_and_family(policy, episodes):
-    config = DiagnosticsConfig(scopes=["first_turn", "trajectory", "turn_position"], num_pairs=8)
+    # 3 distinct prompts per scope: below the default regime_min_columns (4), so allow 2 to see the quadrants
+    config = DiagnosticsConfig(scopes=["first_turn", "trajectory", "turn_position"], num_pairs=8, regime_min_columns=2)
     out = run_diagnostics(policy, episodes, config, DiagnosticsState(), generator=gen())
     assert unknown_keys(out) == []
     for scope in ("first_turn", "trajectory", "turn1", "turn2"):
@@ -112,14 +113,44 @@ def test_scopes_with_fewer_than_two_prompts_are_undetermined(policy):
         "diag/first_turn/pairs": 3.0,
         "diag/first_turn/columns": 1.0,
         "diag/first_turn/empty_reasoning": 1.0,
+        "diag/first_turn/copied_reasoning": 0.0,
+        "diag/first_turn/entropy_temperature": 1.0,
+        "diag/first_turn/sample_temperature": 1.0,
         "diag/first_turn/regime": "undetermined",
         # 4 draws over 3 identical contexts: 4 columns, 1 distinct prompt
         "diag/trajectory/pairs": 4.0,
         "diag/trajectory/columns": 4.0,
         "diag/trajectory/empty_reasoning": 1.0,
+        "diag/trajectory/copied_reasoning": 0.0,
+        "diag/trajectory/entropy_temperature": 1.0,
+        "diag/trajectory/sample_temperature": 1.0,
         "diag/trajectory/regime": "undetermined",
     }
     assert state.emas == {}
+
+
+EXAMPLE = "I read the state and pick the move that helps."
+
+
+def test_reasoning_that_copies_the_format_example_is_counted_and_not_judged(policy):
+    # 5 groups x 2 samples; in 6 of the 10 episodes the reasoning is the example (two with other case and spacing)
+    copies = [EXAMPLE, EXAMPLE, " i read the state, and pick the move that helps ", EXAMPLE.upper(), EXAMPLE, EXAMPLE]
+    own = ["I see a hole left.", "Goal is two steps down.", "Right then down.", "Avoid the hole at row 2."]
+    episodes = [
+        make_episode(g, k, [make_turn(f"State {g} {'_' * g}", (copies + own)[2 * g + k])])
+        for g in range(5)
+        for k in range(2)
+    ]
+    config = DiagnosticsConfig(scopes=["first_turn"], num_pairs=10)
+    out = run_diagnostics(
+        policy, episodes, config, DiagnosticsState(), generator=gen(), sample_temperature=0.7, format_reasoning=EXAMPLE
+    )
+    assert out["diag/first_turn/copied_reasoning"] == 6.0 and out["diag/first_turn/pairs"] == 10.0
+    assert out["diag/first_turn/sample_temperature"] == 0.7
+    assert out["diag/first_turn/regime"] == "no_reasoning"  # 6 of 10 candidate turns copied >= half
+    assert isinstance(out["diag/first_turn/est/mi_estimate"], float)  # still scored: the numbers stay visible
+    without = run_diagnostics(policy, episodes, config, DiagnosticsState(), generator=gen())
+    assert without["diag/first_turn/copied_reasoning"] == 0.0 and without["diag/first_turn/regime"] != "no_reasoning"
 
 
 def test_action_dependence_families_score_the_answer_tokens(policy, episodes):
@@ -194,3 +225,16 @@ def test_the_permutation_null_is_logged_for_every_family_and_leaves_the_samplers
         raw = with_null[f"diag/{scope}/est/mi_estimate"]
         corrected = with_null[f"diag/{scope}/est/mi_estimate_corrected"]
         assert corrected == pytest.approx(raw - with_null[f"diag/{scope}/est/mi_estimate_null_mean"], rel=1e-12)
+
+
+def test_an_undefined_zscore_is_left_out_of_the_logged_keys():
+    # every row scores [-1, -2] under the two columns: all marginals equal, marginal_std = 0 < std_eps
+    per_token = torch.tensor([[-1.0, -2.0], [-1.0, -2.0]], dtype=torch.float64)
+    scores = run._Scores(per_token * 3, per_token, torch.tensor([0, 1]), (0, 1))
+    out = {}
+    est = run._family(out, "trajectory", "", scores, DiagnosticsConfig(), DiagnosticsState())
+    assert math.isnan(est["mi_zscore"]) and math.isnan(est["mi_zscore_ema"])  # the core says NaN
+    for family in ("est", "seq"):
+        assert f"diag/trajectory/{family}/mi_zscore" not in out  # the log leaves it out
+        assert f"diag/trajectory/{family}/mi_zscore_ema" not in out
+        assert out[f"diag/trajectory/{family}/marginal_std"] == 0.0 and f"diag/trajectory/{family}/mi_estimate" in out

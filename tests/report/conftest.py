@@ -50,6 +50,8 @@ def _diag(t: float, rng: np.random.Generator) -> dict:
             f"{base}/retrieval_acc": chance + (0.85 - chance) * math.exp(-3.0 * t),
             f"{base}/retrieval_chance": chance,
             f"diag/{scope}/columns": columns,
+            f"diag/{scope}/pairs": 64,
+            f"diag/{scope}/sample_temperature": 1.0,
             f"diag/{scope}/regime": "diverse_grounded" if mi > 0.1 * math.log(columns) else "template_collapse",
         }
     return out
@@ -75,6 +77,7 @@ def _metrics_line(iteration: int, total: int, envs, rng: np.random.Generator, om
         "rollout/success": success,
         "rollout/return_mean": success - 0.05,
         "train/entropy": 0.9 + 0.02 * rng.normal(),
+        "train/optimizer_steps": 1.0,
     }
     for offset, env in enumerate(envs):
         line |= {f"rollout/success/{env}": success - 0.1 * offset, f"rollout/return/{env}": success - 0.1 * offset}

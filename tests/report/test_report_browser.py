@@ -64,9 +64,44 @@ def test_full_report_renders_with_every_image_loaded(browser, full_report):
     result = full_report[1]
     page = open_page(browser, result.html_path)
     assert page["errors"] == []
-    assert len(page["images"]) == len(result.png_paths) == 7
+    assert len(page["images"]) == len(result.png_paths) == 8
     assert all(image["complete"] and image["width"] > 0 for image in page["images"])
-    assert len(page["sections"]) == 9 and page["missing"] == 0
+    assert len(page["sections"]) == 12 and page["missing"] == 0
+
+
+FIRST_SCREEN = (1280, 900)  # a laptop browser window
+
+
+def test_first_screen_shows_the_verdict_strip_and_a_plot_and_the_metrics_table_is_collapsed(
+    browser, full_report, tmp_path
+):
+    browser.set_window_size(*FIRST_SCREEN)
+    try:
+        page = open_page(browser, full_report[1].html_path)
+        height = browser.execute_script("return window.innerHeight;")
+        strip = browser.execute_script("return document.getElementById('verdict').getBoundingClientRect().toJSON();")
+        plot = browser.execute_script("return document.querySelector('#sec-key img').getBoundingClientRect().toJSON();")
+        table = browser.execute_script(
+            "const d = document.querySelector('#sec-metrics details');"
+            "return {open: d.open, tableVisible: d.querySelector('table').checkVisibility()};"
+        )
+        shot_path = tmp_path / "first_screen.png"
+        shot_path.write_bytes(browser.get_screenshot_as_png())
+        ratio = browser.execute_script("return window.devicePixelRatio;")
+    finally:
+        browser.set_window_size(1280, 1600)
+    assert page["errors"] == []
+    assert strip["top"] >= 0 and strip["bottom"] <= height  # the whole strip on the first screen
+    assert plot["top"] + 200 <= height  # and at least 200 px of the key plots
+    assert table == {"open": False, "tableVisible": False}
+    from PIL import Image
+
+    shot = Image.open(shot_path).convert("RGB")
+    # the health badge (unhealthy: #c62828) is painted inside the strip, and the plot's pixels are not blank
+    badge = shot.crop([int(v * ratio) for v in (strip["left"], strip["top"], strip["right"], strip["bottom"])])
+    assert (198, 40, 40) in {color for _, color in badge.getcolors(1 << 20)}
+    visible = shot.crop([int(v * ratio) for v in (plot["left"], plot["top"], plot["right"], height)])
+    assert len(visible.getcolors(1 << 20)) > 20
 
 
 def test_partial_report_renders_and_shows_missing_notes(browser, make_run):

@@ -8,8 +8,7 @@ import pytest
 from mirl.report import build as build_module
 from mirl.report import build_comparison, build_report, html, overview, rundir, transcripts
 
-SECTIONS = [
-    "sec-overview",
+DETAILS = [
     "sec-training",
     "sec-diagnostics",
     "sec-regime",
@@ -19,6 +18,7 @@ SECTIONS = [
     "sec-reasoning",
     "sec-transcripts",
 ]
+SECTIONS = ["sec-verdict", "sec-key", *DETAILS, "sec-overview", "sec-metrics"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 LIGHT = ("diag", "grad", "filter", "groups", "rollouts")  # fewer figures where the test is about the header
 
@@ -47,6 +47,7 @@ def test_full_report_has_every_section_image_and_png(full_report):
     names = sorted(p.name for p in result.png_paths)
     assert names == sorted(
         [
+            "key.png",
             "training.png",
             "diagnostics.png",
             "regime.png",
@@ -70,31 +71,36 @@ def test_model_text_is_escaped(full_report):
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;" in page
 
 
-def test_run_with_missing_parts_says_what_is_missing_per_section(make_run):
+def test_run_with_missing_parts_leaves_empty_sections_out_and_says_why(make_run):
     run = make_run(iterations=12, omit=("groups", "rollouts", "grad", "val", "summary", "filter"))
     result = build_report(run)
     page = result.html_path.read_text()
-    assert section_ids(page) == SECTIONS  # every section is still there
-    assert "Missing: groups.jsonl is missing or empty" in section_html(page, "sec-rewards")
-    assert "Missing: no saved rollouts (rollouts/)" in section_html(page, "sec-transcripts")
-    assert "Missing: no grad/&lt;bucket&gt;/&lt;component&gt;/norm metrics" in section_html(page, "sec-gradients")
-    assert "Missing: val/success not logged" in section_html(page, "sec-training")
+    shown = ["sec-training", "sec-diagnostics", "sec-regime", "sec-reasoning"]
+    assert section_ids(page) == ["sec-verdict", "sec-key", *shown, "sec-not-shown", "sec-overview", "sec-metrics"]
+    not_shown = section_html(page, "sec-not-shown")
+    assert "Missing: Reward matrices: groups.jsonl is missing or empty" in not_shown
+    assert "Missing: Transcripts: no saved rollouts (rollouts/)" in not_shown
+    assert "Missing: Gradient norms: no grad/&lt;bucket&gt;/&lt;component&gt;/norm metrics" in not_shown
+    assert "Missing: Filter: no filter/... metrics logged" in not_shown
+    assert "Missing: val/success not logged" in section_html(page, "sec-training")  # shown, with its gap
     assert "Missing: summary.json is missing" in section_html(page, "sec-overview")
-    assert "Missing: no filter/... metrics logged" in section_html(page, "sec-filter")
     assert "summary.json is missing: status unknown" in page  # the banner
     assert "Reward matrices: groups.jsonl is missing or empty" in result.missing
+    assert "Training and validation: val/success not logged" in result.missing
     assert not (run / "report" / "gradients.png").exists()
+    assert "Gradient norms</h2>" not in page and "REFERENCE" not in page
     assert_self_contained(page)
 
 
 def test_empty_run_directory_still_gives_a_report(tmp_path):
     result = build_report(tmp_path)
     page = result.html_path.read_text()
-    assert section_ids(page) == SECTIONS
+    assert section_ids(page) == ["sec-verdict", "sec-not-shown", "sec-overview", "sec-metrics"]
     assert result.png_paths == ()
-    for section in SECTIONS[1:]:
-        assert "Missing:" in section_html(page, section), section
-    assert "Missing: metrics.jsonl is missing" in section_html(page, "sec-diagnostics")
+    assert '<div class="health no-data">no data<div class="state">status unknown' in section_html(page, "sec-verdict")
+    for title in ("Training and validation", "Diagnostics: MI vs entropy", "Transcripts"):
+        assert f"{title}: " in section_html(page, "sec-not-shown"), title
+    assert "Missing: Diagnostics: MI vs entropy: metrics.jsonl is missing" in section_html(page, "sec-not-shown")
 
 
 def test_running_run_with_a_half_written_line(make_run):
@@ -103,7 +109,7 @@ def test_running_run_with_a_half_written_line(make_run):
     page = result.html_path.read_text()
     assert "This run is still in progress (9 of 18 iterations done)" in page
     assert "unparsable" not in page  # a half-written last line is normal, not a problem to report
-    assert "Final metrics (last logged values)" in page
+    assert "<details><summary>" in section_html(page, "sec-metrics")  # the raw table, collapsed
 
 
 def test_stopped_run_shows_the_stop_reason(make_run):
@@ -124,7 +130,27 @@ def test_regime_table_lists_the_latest_regime(full_report):
     regime = section_html(full_report[2], "sec-regime")
     # synthetic MI at t = 20/20: 0.6 exp(-3) = 0.0299 < 0.1 log 64 = 0.416 -> template_collapse at iteration 20
     assert "<td>trajectory</td><td>template_collapse</td><td>20</td>" in regime
-    assert "Thresholds: H(Z|X) = 0.5, I(X;Z) = 0.1 x log N." in regime
+    assert "Thresholds: H(Z|X) = 0.5 (nats per token, scored at T = 1, for samples drawn at T = 1)" in regime
+    assert "docs/metrics.md" in regime
+
+
+def test_the_page_opens_with_the_verdict_then_the_key_plots_and_ends_with_the_collapsed_metrics(full_report):
+    page = full_report[2]
+    verdict = section_html(page, "sec-verdict")
+    # diagnosed at 1, 5, 10, 15, 20: t = 10/20, 15/20, 20/20 give MI 0.134, 0.063, 0.030 < 0.1 log 64 = 0.416
+    # with H(Z|X) ~ 1.2 >= 0.5 -> template_collapse in the last 3 -> unhealthy
+    assert '<div class="health unhealthy">unhealthy<div class="state">status finished · iterations 20 of 20' in verdict
+    for label in ("success", "validation", "input dependence", "regime", "kept share"):
+        assert f'<div class="label">{label}</div>' in verdict, label
+    assert "template collapse (trajectory)" in verdict and "3 of the last 3 determined" in verdict
+    assert "varied but barely depends on the input" in verdict  # the plain-language reading
+    assert page.index('id="sec-verdict"') < page.index('id="sec-key"') < page.index('id="sec-training"')
+    assert 'data-file="key.png"' in section_html(page, "sec-key")
+    metrics = section_html(page, "sec-metrics")
+    assert page.rindex("<section") == page.index('<section id="sec-metrics">')  # last
+    assert metrics.count("<details>") == 1 and "<details open" not in metrics
+    assert "<td>diag/trajectory/est/mi_estimate</td>" in metrics and "MI-Est" in metrics  # formula from the catalogue
+    assert "REFERENCE" not in page
 
 
 def test_compare_overlays_runs_and_tabulates_final_and_peak(make_run, tmp_path):
@@ -139,6 +165,11 @@ def test_compare_overlays_runs_and_tabulates_final_and_peak(make_run, tmp_path):
     success = rundir.read_run(a).metrics.get("rollout/success")
     cell = f"{overview.fmt(success.last)} / {overview.fmt(success.peak)} @{success.peak_iteration}"
     assert f'<td>base</td><td class="num">{cell}</td>' in page
+    summary = section_html(page, "sec-summary")
+    assert summary.index("<h3>Verdict</h3>") < summary.index("<h3>Runs</h3>")  # one verdict row per run first
+    assert "<td>base</td><td>unhealthy</td><td>10 of 10</td>" in summary  # a template collapse called
+    assert "<td>filtered</td><td>check</td><td>5 of 10</td>" in summary  # still running, 2 diagnosed
+    assert "too few diagnosed iterations to call a regime (2, need 3)" in summary
     assert_self_contained(page)
 
 

@@ -156,3 +156,40 @@ def test_figures_render_to_png(make_run):
     run = read_run(make_run(iterations=10))
     figure, _ = plots.filter_figure(run.metrics)
     assert plots.png_bytes(figure).startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_a_single_point_is_a_labelled_marker_on_an_axis_from_zero():
+    # validation ran once, at iteration 4, with success 0.25 and return 4.0
+    metrics = build_metrics(
+        [{"iteration": i, "rollout/success": 0.1 * i} for i in range(1, 4)]
+        + [{"iteration": 4, "rollout/success": 0.4, "val/success": 0.25, "val/return": 4.0}]
+    )
+    figure, _ = plots.training_figure(metrics)
+    success, ret = figure.axes[1], figure.axes[3]  # validation success, validation return
+    assert [t.get_text() for t in success.texts] == ["0.25"] and [t.get_text() for t in ret.texts] == ["4"]
+    assert success.lines[0].get_marker() == "o"
+    low, high = ret.get_ylim()
+    assert low < 0 < 4.0 < high and high - low > 4.0  # 0 and the value in view, not a 3.8-4.2 band
+    assert success.get_ylim()[0] <= 0 and success.get_ylim()[1] >= 1  # a success rate keeps [0, 1]
+    assert success.get_xlim()[0] <= 1 and success.get_xlim()[1] >= 4  # the run's iteration range
+
+
+def test_key_figure_draws_four_panels_and_says_what_is_missing(make_run):
+    from mirl.diagnostics.regimes import Criteria
+    from mirl.report.plots_key import key_figure
+
+    run = read_run(make_run(iterations=10))
+    figure, _ = key_figure(run.metrics, "trajectory", Criteria())
+    titles = [ax.get_title() for ax in figure.axes]
+    assert titles == [
+        "success rate",
+        "MI vs entropy (trajectory scope, per token)",
+        "regime plane (trajectory scope)",
+        "kept share of prompt groups (filter)",
+    ]
+    assert _line_labels(figure.axes[1]) == ["I(X;Z) MI-Est", "H(Z|X)"]
+    bare = read_run(make_run("bare", iterations=3, omit=("diag", "filter", "val")))
+    figure, _ = key_figure(bare.metrics, None, Criteria())
+    assert [t.get_text() for t in figure.axes[1].texts] == ["no MI diagnostics logged"]
+    assert [t.get_text() for t in figure.axes[3].texts] == ["no filter/kept_ratio logged"]
+    assert key_figure(Metrics(), None, Criteria()) == (None, ["no metrics to plot"])

@@ -20,6 +20,8 @@ def test_train_resume_eval_report(tmp_path, model_dir, pick_env, capsys, train_a
     run = out / "cli"
     assert f"run directory: {run}" in printed and "report:" in printed
     assert (run / "report.html").is_file()
+    last = printed.strip().splitlines()[-1]  # the run's health in one line, last (mirl.report.verdict)
+    assert last.startswith("summary: ") and "| iterations 1 of 1 |" in last and "| success " in last
 
     assert main(["train", "--resume", str(run), "trainer.iterations=2", "--no-report"]) == 0
     lines = (run / "metrics.jsonl").read_text().splitlines()

@@ -87,6 +87,10 @@ def run_report(args: argparse.Namespace) -> int:
     except FileNotFoundError as error:  # one line from mirl.cli.main, or the traceback with --debug
         raise UserError(f"{error}; pass the path of a run directory such as runs/<name>") from error
     _print_result(result, "report")
+    from mirl.report import read_run
+    from mirl.report.verdict import verdict
+
+    print(verdict(read_run(args.run_dir)).line())  # the run's health in one line (the report's verdict strip)
     return 0
 
 

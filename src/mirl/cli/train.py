@@ -90,6 +90,10 @@ def run_train(args: argparse.Namespace) -> int:
 
         report = build_report(result.run_dir)
         print(f"  report:   {report.html_path}  (built in {report.seconds:.1f} s)")
+    from mirl.report.rundir import read_run
+    from mirl.report.verdict import verdict
+
+    print(verdict(read_run(result.run_dir)).line())  # the run's health in one line, last
     reason = no_update_reason(result.run_dir)
     if reason:
         print(f"mirl train: {reason}", file=sys.stderr)

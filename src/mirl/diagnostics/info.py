@@ -20,6 +20,11 @@ i = 1..M.
     mi_zscore           = mean (matched_i - marginal_i) / (marginal_std + std_eps)
     mi_zscore_ema       = mean (matched_i - marginal_i) / (s_ema + std_eps)      (s_ema: see ZScoreEMA)
 
+Undefined z-scores. When the spread in the denominator (marginal_std, or s_ema for the EMA variant) is below
+std_eps, the floor makes up more than half of the denominator and the quotient reports the floor, not the data
+(a batch whose marginals are all equal would read gap / 1e-3, e.g. -174 for a gap of -0.174). The z-score is
+then undefined and returned as NaN; the trainer leaves NaN keys out of ``metrics.jsonl`` (docs/metrics.md).
+
 Bounds. logsumexp_j L[i, j] >= matched_i, so matched_i - marginal_i <= log N and mi_estimate <= log N for
 every matrix. logsumexp_j L[i, j] <= max_j L[i, j] + log N, so mi_estimate >= 0 whenever each row's matched
 entry is its row maximum; for other matrices the estimate can be negative.
@@ -222,9 +227,18 @@ def _information_terms(
         "matched_mean": matched_mean,
         "marginal_mean": marginal_mean,
         "marginal_std": marginal_std,
-        "mi_zscore": gap_mean / (marginal_std + std_eps),
-        "mi_zscore_ema": gap_mean / (s_ema + std_eps),
+        "mi_zscore": _zscore(gap_mean, marginal_std, std_eps),
+        "mi_zscore_ema": _zscore(gap_mean, s_ema, std_eps),
     }
+
+
+def _zscore(gap_mean: float, spread: float, std_eps: float) -> float:
+    """gap / (spread + std_eps), or NaN when spread < std_eps (undefined: see the module docstring).
+
+    >>> round(_zscore(0.2, 0.1, 1e-3), 6), math.isnan(_zscore(-0.174, 0.0, 1e-3))  # 0.2 / 0.101
+    (1.980198, True)
+    """
+    return gap_mean / (spread + std_eps) if spread >= std_eps else math.nan
 
 
 def _retrieval_terms(

@@ -190,7 +190,7 @@ def summary_rows(metrics: dict[str, float | str], ks: Sequence[int] = (1, 2, 4, 
         }
         if f"{est}/mi_estimate" in metrics:
             for stat in ("mi_estimate", "mi_upper_bound", "mi_zscore", "conditional_entropy", "reasoning_entropy"):
-                row[stat] = metrics[f"{est}/{stat}"]
+                row[stat] = metrics.get(f"{est}/{stat}", math.nan)  # an undefined z-score is left out
             row["mi_estimate_seq"] = metrics[f"{base}/seq/mi_estimate"]
             for k in ks:
                 suffix = "" if k == 1 else f"@{k}"

@@ -9,10 +9,16 @@ Per scope s (``first_turn``, ``trajectory``, and ``turn1``, ``turn2``, ... for `
   empty Z (floats);
 - ``diag/s/est/<stat>`` and ``diag/s/seq/<stat>``: ``mi_proxies`` of the per-token matrix L and of the
   per-sequence matrix S, each with its own z-score EMA in :class:`DiagnosticsState`;
-- ``diag/s/regime``: ``RegimeThresholds`` (from the config) applied to the ``est`` family.
+- ``diag/s/copied_reasoning``: scored pairs whose Z copies the format example (``format_reasoning``);
+- ``diag/s/entropy_temperature`` and ``diag/s/sample_temperature``: the temperature H(Z|X) is measured at
+  (the scoring temperature, 1) and the one the reasonings were sampled at;
+- ``diag/s/regime``: :func:`mirl.diagnostics.regimes.call_iteration` on the ``est`` family, with the
+  ``diagnostics.regime_*`` criteria: ``no_reasoning`` when most reasoning is empty or copied, ``undetermined``
+  with too few columns or when the sampling temperature alone moves H(Z|X) across its threshold.
 
 A scope whose columns hold fewer than 2 distinct prompts (or that has no pair) cannot tell inputs apart: it
-reports its counts and the regime ``"undetermined"``, no MI keys, and leaves its EMAs untouched.
+reports its counts and the regime ``"undetermined"`` (``"no_reasoning"`` when the reasoning was empty), no MI
+keys, and leaves its EMAs untouched. An undefined z-score (NaN from ``mi_proxies``) is left out of the result.
 
 Action dependence (``config.action_dependence``, beyond the paper), on the same pairs, for the turns whose reply
 splits as ``lead + Z + bridge + A`` (see ``sampling.ActionPair``), per-token scores of the answer tokens only:
@@ -31,6 +37,9 @@ Both give ``diag/s/za_est/<stat>``, ``za_seq``, ``xa_est``, ``xa_seq`` and ``dia
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import re
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,11 +50,13 @@ from mirl.config import DiagnosticsConfig
 from mirl.diagnostics.info import RegimeThresholds, ZScoreEMA, mi_proxies
 from mirl.diagnostics.null import permutation_null
 from mirl.diagnostics.reasoning import with_reasoning
+from mirl.diagnostics.regimes import SCORING_TEMPERATURE, Criteria, Evidence, call_iteration, is_copy
 from mirl.diagnostics.sampling import ActionPair, PairSet, action_pairs, distinct_ids, sample_scopes
 from mirl.diagnostics.scoring import grid_tokens, score_grid, score_matrix
 from mirl.types import Episode
 
 UNDETERMINED = "undetermined"
+_THINK = re.compile(r"<think>(.*?)(?:</think>|\Z)", re.DOTALL)
 
 
 @dataclass
@@ -111,6 +122,8 @@ def run_diagnostics(
     generator: torch.Generator,
     mode: str = "shared",
     progress: Callable[[int, int], None] | None = None,
+    sample_temperature: float = SCORING_TEMPERATURE,
+    format_reasoning: str | None = None,
 ) -> dict[str, float | str]:
     """MI proxies of every configured scope (module docstring for the keys); updates ``state``'s EMAs.
 
@@ -123,6 +136,9 @@ def run_diagnostics(
         mode: ``"shared"`` (prefix caching, the default) or ``"naive"`` (full re-encode), see ``scoring``.
         progress: ``progress(done, total)`` in tokens scored (``scoring.grid_tokens``): called once with
             ``done = 0`` and the planned total of every matrix before any scoring, then after each piece.
+        sample_temperature: the temperature the episodes were sampled at (``rollout.temperature``).
+        format_reasoning: the reasoning of the prompt's format example, when the prompt shows one; pairs whose
+            reasoning copies it are counted (``copied_reasoning``) and weigh towards ``no_reasoning``.
     """
     thresholds = RegimeThresholds(entropy=config.regime_entropy_threshold, mi_fraction=config.regime_mi_fraction)
     out: dict[str, float | str] = {}
@@ -138,11 +154,16 @@ def run_diagnostics(
     planned = sum(_matrix_tokens(ps, mode) for ps in ready)
     planned += sum(grid_tokens(*grid, mode) for grids in actions for grid in (grids.za, grids.xa) if grid)
     scoring = Scoring(mode, progress, planned)
+    criteria = _criteria(config)
     for pair_set in pair_sets:
         scope = pair_set.scope
-        out.update(_counts(pair_set))
+        copied = _copies(pair_set, episodes, format_reasoning)
+        out.update(_counts(pair_set, copied, sample_temperature))
+        evidence = Evidence(
+            len(pair_set.pairs), len(pair_set.columns), pair_set.empty_reasoning, copied, prompts=pair_set.num_prompts
+        )
         if not any(pair_set is ps for ps in ready):
-            out[f"diag/{scope}/regime"] = UNDETERMINED
+            out[f"diag/{scope}/regime"] = call_iteration(evidence, criteria).label
             continue
         matrices = score_matrix(
             policy,
@@ -154,7 +175,9 @@ def run_diagnostics(
         )
         scores = _Scores(*matrices, pair_set.true_col, pair_set.col_group)
         est = _family(out, scope, "", scores, config, state)
-        out[f"diag/{scope}/regime"] = thresholds.classify(est)
+        measured = {"cond_entropy": est["conditional_entropy"], "mi": est["mi_estimate"]}
+        evidence = dataclasses.replace(evidence, **measured, sample_temperature=sample_temperature)
+        out[f"diag/{scope}/regime"] = call_iteration(evidence, criteria).label
         if config.action_dependence:
             grids = actions[next(i for i, ps in enumerate(ready) if ps is pair_set)]
             out.update(_action_metrics(policy, grids, pair_set, config, state, thresholds, scoring))
@@ -182,13 +205,36 @@ def _matrix_tokens(pair_set: PairSet, mode: str) -> int:
     return grid_tokens([columns] * len(reasonings), [[z] * len(columns) for z in reasonings], mode)
 
 
-def _counts(pair_set: PairSet) -> dict[str, float]:
+def _counts(pair_set: PairSet, copied: int, sample_temperature: float) -> dict[str, float]:
     prefix = f"diag/{pair_set.scope}"
     return {
         f"{prefix}/pairs": float(len(pair_set.pairs)),
         f"{prefix}/columns": float(len(pair_set.columns)),
         f"{prefix}/empty_reasoning": float(pair_set.empty_reasoning),
+        f"{prefix}/copied_reasoning": float(copied),
+        f"{prefix}/entropy_temperature": SCORING_TEMPERATURE,
+        f"{prefix}/sample_temperature": float(sample_temperature),
     }
+
+
+def _criteria(config: DiagnosticsConfig) -> Criteria:
+    return Criteria(
+        entropy=config.regime_entropy_threshold,
+        mi_fraction=config.regime_mi_fraction,
+        min_columns=config.regime_min_columns,
+        min_iterations=config.regime_min_iterations,
+    )
+
+
+def _copies(pair_set: PairSet, episodes: Sequence[Episode], example: str | None) -> int:
+    """Pairs whose reasoning (the text between the think tags of the turn's reply) copies ``example``."""
+    if not example:
+        return 0
+    count = 0
+    for pair in pair_set.pairs:
+        found = _THINK.search(episodes[pair.episode].turns[pair.turn].response_text)
+        count += bool(found) and is_copy(found.group(1), example)
+    return count
 
 
 @dataclass(frozen=True)
@@ -216,7 +262,8 @@ def _family(
             std_eps=config.std_eps,
             ema=state.ema(scope, name),
         )
-        out.update({f"diag/{scope}/{name}/{stat}": value for stat, value in results[family].items()})
+        defined = {stat: value for stat, value in results[family].items() if not math.isnan(value)}
+        out.update({f"diag/{scope}/{name}/{stat}": value for stat, value in defined.items()})
     if config.null_draws:
         # its own seed per scope and family: the null never shifts the pair samplers' random stream
         generator = torch.Generator().manual_seed(zlib.crc32(f"{scope}/{stem}".encode()))
@@ -224,7 +271,7 @@ def _family(
         null = permutation_null(
             scores.per_token, scores.true_col, col_group=col_group, draws=config.null_draws, generator=generator
         )
-        out.update({f"diag/{scope}/{stem}est/{key}": value for key, value in null.items()})
+        out.update({f"diag/{scope}/{stem}est/{key}": value for key, value in null.items() if not math.isnan(value)})
     return results["est"]
 
 

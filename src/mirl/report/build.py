@@ -1,11 +1,13 @@
 """``build_report``: one run directory -> ``report.html`` (self-contained) plus its PNGs.
 
-The page has one section per question a reader asks of a run (DESIGN.md, REFERENCE.md sections 1-5): did it
-learn (training / validation curves), did its reasoning stay input-dependent while entropy looked fine (the MI
-family beside the entropy family, and the regime plane), did the filter have signal to work with (kept
-fraction, spread, labels, reward matrices), where the gradient came from (norms per reward-spread bucket), how
-the replies changed (length, validity, transcripts). A section whose data is absent still appears, with a
-visible note saying what is missing, so a partial run gives a partial report rather than an error.
+The first screen answers "is this run healthy?": the verdict strip (:mod:`mirl.report.verdict`: status,
+iterations, success and validation trend, input dependence against chance with an interval, the regime with its
+evidence and a plain reading, the filter's kept share, warnings), then the key plots (success, MI vs entropy, the
+regime plane, kept share). Below come the detailed sections, one per question a reader asks of a run: did it
+learn, did its reasoning stay input-dependent while entropy looked fine, did the filter have signal, where the
+gradient came from, how the replies changed. A section with nothing to show is left out and named, with the
+reason, under "Not shown"; the run and config tables follow, and the raw metrics table comes last, collapsed.
+The formulas the page cites are in docs/metrics.md.
 
 PNGs go to ``<html stem>/`` beside the HTML (``RUN_DIR/report/`` for the default ``RUN_DIR/report.html``).
 """
@@ -21,10 +23,12 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from mirl.report import plots, plots_batch
-from mirl.report.html import Image, Section, render_page, table
-from mirl.report.overview import banner, overview_section
+from mirl.report.html import Image, Section, esc, render_page, table
+from mirl.report.overview import banner, overview_section, raw_metrics_section
+from mirl.report.plots_key import key_figure
 from mirl.report.rundir import RunData, read_episodes, read_run
 from mirl.report.transcripts import episode_html, pick_episodes
+from mirl.report.verdict import Verdict, criteria, diagnosed_scope, verdict
 from mirl.safeio import atomic_write_bytes, atomic_write_text, ensure_dir
 
 REGIME_KEY = re.compile(r"diag/([^/]+)/(?:([^/]+)/)?regime")
@@ -38,7 +42,7 @@ INTROS = {
     "regime": "The run's path through the plane of within-input diversity H(Z|X) and input dependence I(X;Z).",
     "filter": "SNR-Aware Filtering: what fraction of prompt groups carried reward spread and was kept.",
     "rewards": "Episode returns per prompt group (rows) and sample (columns); kept groups outlined in red.",
-    "gradients": "Gradient norm of each loss component per reward-spread bucket (REFERENCE section 5).",
+    "gradients": "Gradient norm of each loss component per reward-spread bucket (docs/metrics.md).",
     "reasoning": "Reasoning length shrinks as collapse sets in; format validity tends to stay high regardless.",
     "transcripts": "Sampled saved episodes; model text is shown verbatim (escaped).",
 }
@@ -105,7 +109,8 @@ def _regime_section(run: RunData, family: str) -> Section:
     section = _figure_section(
         run, "regime", "Regime plane", lambda: plots_batch.regime_figure(run.metrics, family, entropy, fraction)
     )
-    intro = f"{section.intro} Thresholds: H(Z|X) = {entropy:g}, I(X;Z) = {fraction:g} x log N."
+    intro = f"{section.intro} Thresholds: H(Z|X) = {entropy:g} (nats per token, scored at T = 1, for samples drawn at "
+    intro += f"T = 1), I(X;Z) = {fraction:g} x log N. Criteria of each label: docs/metrics.md."
     return Section(section.id, section.title, intro, section.images, section.missing, _regime_table(run))
 
 
@@ -136,13 +141,34 @@ def _transcripts_section(run: RunData, requested: Sequence[int] | None, per_iter
     return Section("sec-transcripts", title, INTROS["transcripts"], missing=tuple(notes), body="\n".join(body))
 
 
-def report_sections(
-    run: RunData, iterations: Sequence[int] | None = None, family: str = "est", episodes: int = 2
-) -> list[Section]:
-    """Every section of a single-run report, in page order."""
+def verdict_section(result: Verdict) -> Section:
+    """The verdict strip: the health word with status and iterations, one card per other fact, then warnings."""
+    state = " · ".join(f"{f.label} {f.value}" for f in result.facts if f.label in ("status", "iterations"))
+    cards = "".join(
+        f'<div class="card {esc(fact.tone)}{" wide" if fact.label == "regime" else ""}">'
+        f'<div class="label">{esc(fact.label)}</div>'
+        f'<div class="value">{esc(fact.value)}</div><div class="detail">{esc(fact.detail)}</div></div>'
+        for fact in result.facts
+        if fact.label not in ("status", "iterations")
+    )
+    warnings = "".join(f"<li>{esc(warning)}</li>" for warning in result.warnings)
+    body = (
+        f'<div class="strip" id="verdict"><div class="health {esc(result.health.replace(" ", "-"))}">'
+        f'{esc(result.health)}<div class="state">{esc(state)}</div></div>{cards}</div>'
+        + (f'<ul class="warnings">{warnings}</ul>' if warnings else "")
+    )
+    return Section("sec-verdict", "Is this run healthy?", body=body)
+
+
+def key_section(run: RunData) -> Section:
+    figure, notes = key_figure(run.metrics, diagnosed_scope(run.metrics), criteria(run))
+    images = (Image("key", plots.png_bytes(figure), "Key plots"),) if figure is not None else ()
+    return Section("sec-key", "Key plots", "", images, tuple(notes))
+
+
+def detail_sections(run: RunData, iterations: Sequence[int] | None, family: str, episodes: int) -> list[Section]:
     metrics = run.metrics
     return [
-        overview_section(run),
         _figure_section(run, "training", "Training and validation", lambda: plots.training_figure(metrics)),
         _figure_section(
             run, "diagnostics", "Diagnostics: MI vs entropy", lambda: plots.diagnostics_figure(metrics, family)
@@ -154,6 +180,28 @@ def report_sections(
         _figure_section(run, "reasoning", "Reasoning length and validity", lambda: plots.reasoning_figure(metrics)),
         _transcripts_section(run, iterations, episodes),
     ]
+
+
+def not_shown_section(omitted: Sequence[Section]) -> Section | None:
+    """The sections left out for having nothing to show, each with its reasons (as missing-data notes)."""
+    if not omitted:
+        return None
+    notes = tuple(f"{section.title}: {note}" for section in omitted for note in (section.missing or ("no data",)))
+    intro = "Sections with nothing to show are left out of the page:"
+    return Section("sec-not-shown", "Not shown", intro, missing=notes)
+
+
+def report_sections(
+    run: RunData, iterations: Sequence[int] | None = None, family: str = "est", episodes: int = 2
+) -> list[Section]:
+    """Every section of a single-run report, in page order (module docstring); empty ones are left out."""
+    details = detail_sections(run, iterations, family, episodes)
+    shown = [section for section in details if section.images or section.body]
+    omitted = [section for section in details if not (section.images or section.body)]
+    key = key_section(run)
+    top = [verdict_section(verdict(run))] + ([key] if key.images else [])
+    tail = [not_shown_section(omitted), overview_section(run), raw_metrics_section(run)]
+    return top + shown + [section for section in tail if section is not None]
 
 
 def write_page(out: Path, page: str, sections: Sequence[Section]) -> tuple[Path, ...]:
@@ -172,7 +220,12 @@ def write_page(out: Path, page: str, sections: Sequence[Section]) -> tuple[Path,
 
 
 def missing_notes(sections: Sequence[Section]) -> tuple[str, ...]:
-    return tuple(f"{section.title}: {note}" for section in sections for note in section.missing)
+    """Every missing-data note as ``"section: note"`` (the "Not shown" notes already name their section)."""
+    return tuple(
+        note if section.id == "sec-not-shown" else f"{section.title}: {note}"
+        for section in sections
+        for note in section.missing
+    )
 
 
 def build_report(

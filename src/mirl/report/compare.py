@@ -2,8 +2,10 @@
 
 Panels: training success, training return, validation success, MI-Est and Retrieval-Acc (one scope and
 family, default ``trajectory`` / ``est``; each run's chance level dotted in its colour), token entropy and
-kept ratio. A summary table gives each run's final (last logged) and peak value of every headline metric,
-with the iteration of the peak. A run missing a metric is listed under the plot, not dropped.
+kept ratio. The summary opens with one verdict row per run (:mod:`mirl.report.verdict`, the same verdict as the
+run's report and ``mirl train``'s summary line), then a table of each run's final (last logged) and peak value of
+every headline metric, with the iteration of the peak. A run missing a metric is listed under the plot, not
+dropped.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from mirl.report.html import Image, Section, esc, render_page, table
 from mirl.report.overview import banner, fmt, iterations_done, iterations_planned
 from mirl.report.plots import draw, empty_panel, finish, new_figure, png_bytes
 from mirl.report.rundir import RunData, read_run
+from mirl.report.verdict import verdict
+
+VERDICT_COLUMNS = ("success", "validation", "input dependence", "regime", "kept share")
 
 
 def headline(scope: str = "trajectory", family: str = "est") -> tuple[tuple[str, str, str, str], ...]:
@@ -87,8 +92,20 @@ def _final_peak(run: RunData, key: str) -> str:
     return f"{fmt(series.last)} / {fmt(series.peak)} @{series.peak_iteration}"
 
 
+def verdict_table(runs: Sequence[RunData], labels: Sequence[str]) -> str:
+    """One row per run: health, iterations, the verdict's facts and its warnings (escaped)."""
+    rows = []
+    for run, label in zip(runs, labels, strict=True):
+        result = verdict(run)
+        facts = [result.fact(name) for name in ("iterations", *VERDICT_COLUMNS)]
+        cells = [fact.value if fact is not None else "-" for fact in facts]
+        rows.append((label, result.health, *cells, "; ".join(result.warnings) or "-"))
+    return table(("run", "health", "iterations", *VERDICT_COLUMNS, "warnings"), rows)
+
+
 def summary_body(runs: Sequence[RunData], labels: Sequence[str], scope: str, family: str) -> str:
-    """Two escaped tables: each run's identity and state, then final / peak of every headline metric."""
+    """Three escaped tables: the verdict per run, each run's identity and state, then final / peak of every
+    headline metric."""
     identity = [
         (
             label,
@@ -105,7 +122,9 @@ def summary_body(runs: Sequence[RunData], labels: Sequence[str], scope: str, fam
     panels = headline(scope, family)
     values = [(label, *(_final_peak(run, key) for key, *_ in panels)) for run, label in zip(runs, labels, strict=True)]
     return (
-        "<h3>Runs</h3>"
+        "<h3>Verdict</h3>"
+        + verdict_table(runs, labels)
+        + "<h3>Runs</h3>"
         + table(header, identity)
         + "<h3>Final / peak (@ iteration of the peak)</h3>"
         + table(("run", *(panel[1] for panel in panels)), values, (False,) + (True,) * len(panels))

@@ -33,6 +33,22 @@ pre { white-space: pre-wrap; word-break: break-word; background: #f7f7f9; paddin
 .answer { background: #eafbea; border-left: 3px solid #2e9e44; font-weight: 600; }
 .label { font-size: 0.78rem; color: #666; text-transform: uppercase; letter-spacing: 0.04em; }
 .ok { color: #2e7d32; } .bad { color: #c62828; }
+.strip { display: flex; flex-wrap: wrap; gap: 0.45rem; align-items: stretch; margin: 0.5rem 0; }
+.strip .health { font-size: 1.25rem; font-weight: 700; padding: 0.4rem 0.9rem; border-radius: 6px; color: #fff;
+                 background: #6b7280; text-transform: uppercase; flex: 0 0 auto; }
+.strip .health .state { font-size: 0.78rem; font-weight: 400; text-transform: none; }
+.strip .health.healthy { background: #2e7d32; } .strip .health.check { background: #b26a00; }
+.strip .health.unhealthy { background: #c62828; }
+.card { border: 1px solid #ddd; border-left-width: 4px; border-radius: 6px; padding: 0.3rem 0.6rem;
+        flex: 1 1 13rem; background: #fafafb; } .card.wide { flex: 2 1 26rem; }
+.card.ok { border-left-color: #2e7d32; } .card.warn { border-left-color: #f0a020; }
+.card.bad { border-left-color: #c62828; } .card.plain { border-left-color: #9aa0a6; }
+.card .label { font-size: 0.72rem; color: #666; text-transform: uppercase; letter-spacing: 0.04em; }
+.card .value { font-weight: 600; } .card .detail { font-size: 0.78rem; color: #555; line-height: 1.3; }
+#sec-verdict h2, #sec-key h2 { margin-top: 0.8rem; }
+ul.warnings { background: #fff4e5; border-left: 4px solid #f0a020; padding: 0.35rem 0.7rem 0.35rem 2rem;
+              margin: 0.4rem 0; }
+details summary { cursor: pointer; color: #3b7ddd; }
 """
 
 

@@ -1,4 +1,4 @@
-"""The report header: run status, config summary, hardware, wall time, final metrics, and what is missing."""
+"""Run and configuration tables (status, hardware, wall time, config summary), and the raw metrics table."""
 
 from __future__ import annotations
 
@@ -7,18 +7,6 @@ from typing import Any
 
 from mirl.report.html import Section, esc, table
 from mirl.report.rundir import RunData
-
-HEADLINE = (
-    "rollout/success",
-    "rollout/return_mean",
-    "val/success",
-    "val/return",
-    "diag/first_turn/est/mi_estimate",
-    "diag/trajectory/est/mi_estimate",
-    "diag/trajectory/est/retrieval_acc",
-    "train/entropy",
-    "filter/kept_ratio",
-)
 
 
 def fmt(value: Any) -> str:
@@ -134,29 +122,43 @@ def _config_rows(run: RunData) -> list[tuple[str, str]]:
     ]
 
 
-def _final_rows(run: RunData) -> list[tuple[str, str]]:
+def _metric_rows(run: RunData) -> list[tuple[str, str, str, str, str]]:
+    """(key, last value, its iteration, unit, formula) of every logged key, sorted; summary.json's final values
+    when no metrics line could be read."""
+    from mirl.trainer.metrics import describe
+
+    latest: dict[str, tuple[str, str]] = {}
+    for key, series in run.metrics.numeric.items():
+        latest[key] = (fmt(series.last), str(int(series.iterations[-1])))
+    for key, entries in run.metrics.text.items():
+        latest[key] = (entries[-1][1], str(entries[-1][0]))
     final = run.summary.get("final")
-    if isinstance(final, dict) and final:
-        return [(key, fmt(value)) for key, value in sorted(final.items())]
+    if not latest and isinstance(final, dict):
+        latest = {key: (fmt(value), "final") for key, value in final.items()}
     rows = []
-    for key in HEADLINE:
-        series = run.metrics.get(key)
-        if series is not None:
-            rows.append((key, f"{fmt(series.last)} (iteration {int(series.iterations[-1])})"))
+    for key in sorted(latest):
+        metric = describe(key)
+        rows.append((key, *latest[key], metric.unit if metric else "", metric.formula if metric else ""))
     return rows
 
 
 def overview_section(run: RunData) -> Section:
-    """Header: run table, config summary, final metrics and the list of files that could not be read."""
+    """Run and configuration tables, and the list of files that could not be read."""
     body = ["<h3>Run</h3>", table(("field", "value"), _run_rows(run))]
     body += ["<h3>Configuration</h3>"]
     body += [table(("setting", "value"), _config_rows(run)) if run.config else "<p>(no config.yaml)</p>"]
-    final = _final_rows(run)
-    has_final = isinstance(run.summary.get("final"), dict) and bool(run.summary["final"])
-    source = "summary.json final" if has_final else "last logged values"
-    body += [f"<h3>Final metrics ({esc(source)})</h3>"]
-    body += [table(("metric", "value"), final, (False, True)) if final else "<p>(none logged yet)</p>"]
-    return Section("sec-overview", "Overview", missing=run.notes, body="\n".join(body))
+    return Section("sec-overview", "Run and configuration", missing=run.notes, body="\n".join(body))
+
+
+def raw_metrics_section(run: RunData) -> Section:
+    """Every logged key's last value with its unit and formula (the catalogue), collapsed by default."""
+    rows = _metric_rows(run)
+    if not rows:
+        return Section("sec-metrics", "All metrics", body="<p>(none logged yet)</p>")
+    header = ("metric", "last value", "iteration", "unit", "formula")
+    summary = f"{len(rows)} metrics: last logged value of each, with unit and formula (click to open)"
+    body = f"<details><summary>{esc(summary)}</summary>{table(header, rows, (False, True, True))}</details>"
+    return Section("sec-metrics", "All metrics", body=body)
 
 
 def _validation_schedule(every) -> str:

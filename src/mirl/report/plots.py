@@ -52,9 +52,15 @@ def smooth(values: np.ndarray, window: int) -> np.ndarray:
 
 
 def draw(ax: Axes, series: Series, label: str, color=None, style: str = "-", markers: bool = False) -> None:
-    """One curve: faint raw plus moving average when long and per-iteration, else a plain line."""
+    """One curve: faint raw plus moving average when long and per-iteration, else a plain line; a single point is
+    a labelled marker (its value written beside it)."""
     x, y = series.iterations, series.values
-    if len(x) > SMOOTH_ABOVE and not markers:
+    if len(x) == 1:
+        (point,) = ax.plot(x, y, "o", color=color, markersize=6, label=label)
+        ax.annotate(
+            f"{y[0]:.3g}", (x[0], y[0]), textcoords="offset points", xytext=(6, 6), fontsize=8, color=point.get_color()
+        )
+    elif len(x) > SMOOTH_ABOVE and not markers:
         (raw,) = ax.plot(x, y, style, color=color, alpha=0.25, linewidth=0.8)
         ax.plot(x, smooth(y, max(5, len(x) // 25)), style, color=raw.get_color(), linewidth=1.6, label=label)
     else:
@@ -70,8 +76,15 @@ def empty_panel(ax: Axes, message: str) -> None:
 
 
 def finish(ax: Axes, title: str, ylabel: str, legend: bool = True, y_range: str = "auto") -> None:
-    """Title, labels, grid and legend; ``y_range`` "zero" keeps 0 in view, "unit" shows [0, 1]."""
-    if ax.lines and y_range == "zero":
+    """Title, labels, grid and legend; ``y_range`` "zero" keeps 0 in view, "unit" shows [0, 1]. A panel whose
+    lines hold a single value (one point, or a constant) gets an axis from 0 to that value with a margin, not
+    matplotlib's hair-thin band around it."""
+    constant = _constant_value(ax)
+    if constant is not None and y_range != "unit":
+        low, high = min(0.0, constant), max(0.0, constant)
+        pad = 0.15 * (high - low) if high > low else 0.5
+        ax.set_ylim(low - pad, high + pad)
+    elif ax.lines and y_range == "zero":
         low, high = ax.get_ylim()
         low = min(low, 0.0)
         ax.set_ylim(low, high + 0.05 * (high - low))
@@ -85,6 +98,16 @@ def finish(ax: Axes, title: str, ylabel: str, legend: bool = True, y_range: str 
     ax.grid(alpha=0.3)
     if legend and ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8, loc="best")
+
+
+def _constant_value(ax: Axes) -> float | None:
+    """The one value every data line of ``ax`` holds, or None (no lines, or several values)."""
+    values = [np.asarray(line.get_ydata(), dtype=np.float64) for line in ax.lines]
+    values = np.concatenate(values) if values else np.zeros(0)
+    values = values[np.isfinite(values)]
+    if not len(values) or values.max() != values.min():
+        return None
+    return float(values[0])
 
 
 def align_x(axes: np.ndarray, metrics: Metrics) -> None:

@@ -1,12 +1,12 @@
 """Figures of structure rather than trend: the regime plane, reward matrices, gradient norms per bucket.
 
-Regime plane (REFERENCE.md section 1): x = H(Z|X) (within-input diversity), y = I(X;Z) (MI-Est, input
+Regime plane (docs/metrics.md, "Regimes"): x = H(Z|X) (within-input diversity), y = I(X;Z) (MI-Est, input
 dependence). The thresholds are the config's ``diagnostics.regime_entropy_threshold`` (per-token nats, so
 only drawn for the per-token ``est`` families) and ``diagnostics.regime_mi_fraction * log N`` with log N the
 median logged ``mi_upper_bound``. Quadrants: high/high diverse and grounded, high H(Z|X) with low I template
 collapse, low/high compressed and grounded, low/low low-entropy collapse.
 
-Gradient norms (REFERENCE.md section 5) are averaged over the iterations where the decomposition ran.
+Gradient norms (docs/metrics.md, "Gradient decomposition") are averaged over the iterations where the decomposition ran.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ QUADRANTS = (  # (x in axes coords, y, horizontal alignment, vertical alignment,
 COMPONENTS = ("task", "entropy", "kl")
 
 
-def _aligned(metrics: Metrics, scope: str, family: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def aligned_path(metrics: Metrics, scope: str, family: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     entropy = metrics.get(f"diag/{scope}/{family}/conditional_entropy")
     mi = metrics.get(f"diag/{scope}/{family}/mi_estimate")
     if entropy is None or mi is None:
@@ -37,7 +37,7 @@ def _aligned(metrics: Metrics, scope: str, family: str) -> tuple[np.ndarray, np.
     return (common, entropy.values[ie], mi.values[im]) if len(common) else None
 
 
-def _log_n(metrics: Metrics, scope: str, family: str) -> float | None:
+def log_columns(metrics: Metrics, scope: str, family: str) -> float | None:
     bound = metrics.get(f"diag/{scope}/{family}/mi_upper_bound")
     if bound is not None:
         return float(np.median(bound.values))
@@ -45,7 +45,7 @@ def _log_n(metrics: Metrics, scope: str, family: str) -> float | None:
     return float(np.log(np.median(columns.values))) if columns is not None and columns.values.min() > 0 else None
 
 
-def _regime_axes(ax, x: np.ndarray, y: np.ndarray, thresholds: tuple[float | None, float | None]) -> None:
+def regime_axes(ax, x: np.ndarray, y: np.ndarray, thresholds: tuple[float | None, float | None]) -> None:
     x_cut, y_cut = thresholds
     x_hi = max([x.max(), *([x_cut] if x_cut is not None else [])]) * 1.15 + 1e-3
     y_hi = max([y.max(), *([y_cut] if y_cut is not None else [])]) * 1.25 + 1e-3
@@ -67,7 +67,7 @@ def regime_figure(
     metrics: Metrics, family: str = "est", entropy_threshold: float = 0.5, mi_fraction: float = 0.1
 ) -> tuple[Figure | None, list[str]]:
     """The run's path through the (H(Z|X), I(X;Z)) plane, one panel per scope, coloured by iteration."""
-    paths = {scope: _aligned(metrics, scope, family) for scope in scopes(metrics, family)}
+    paths = {scope: aligned_path(metrics, scope, family) for scope in scopes(metrics, family)}
     paths = {scope: path for scope, path in paths.items() if path is not None}
     if not paths:
         return None, [f"no diag/<scope>/{family}/conditional_entropy and mi_estimate logged"]
@@ -77,7 +77,7 @@ def regime_figure(
     last = max(int(p[0][-1]) for p in paths.values())
     points = None
     for ax, (scope, (its, x, y)) in zip(axes[0], paths.items(), strict=True):
-        log_n = _log_n(metrics, scope, family)
+        log_n = log_columns(metrics, scope, family)
         y_cut = mi_fraction * log_n if log_n is not None else None
         x_cut = entropy_threshold if family.endswith("est") else None
         if y_cut is None:
@@ -86,10 +86,10 @@ def regime_figure(
         points = ax.scatter(x, y, c=its, cmap="viridis", vmin=first, vmax=max(last, first + 1), s=28, zorder=3)
         ax.plot(x[:1], y[:1], "s", color="black", markerfacecolor="none", markersize=9, label="first")
         ax.plot(x[-1:], y[-1:], "*", color="red", markersize=12, label="last", zorder=4)
-        _regime_axes(ax, x, y, (x_cut, y_cut))
+        regime_axes(ax, x, y, (x_cut, y_cut))
         bound = f", log N = {log_n:.2f}" if log_n is not None else ""
         ax.set_title(f"{scope.replace('_', '-')} scope{bound}", fontsize=10)
-        ax.set_xlabel(f"H(Z|X) conditional entropy  [{family}]")
+        ax.set_xlabel(f"H(Z|X) conditional entropy, scored at T = 1  [{family}]")
         ax.set_ylabel(f"I(X;Z) MI-Est  [{family}]")
         ax.grid(alpha=0.3)
     figure.colorbar(points, ax=list(axes[0]), label="iteration", shrink=0.9)

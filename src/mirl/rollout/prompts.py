@@ -111,7 +111,10 @@ def format_example(action_words) -> str:
     '<think> I read the state and pick the move that helps. </think> <answer> Left </answer>'
     """
     action = action_words[0] if action_words else "..."
-    return f"<think> I read the state and pick the move that helps. </think> <answer> {action} </answer>"
+    return f"<think> {EXAMPLE_REASONING} </think> <answer> {action} </answer>"
+
+
+EXAMPLE_REASONING = "I read the state and pick the move that helps."  # the reasoning of ``format_example``
 
 
 @dataclass(frozen=True)

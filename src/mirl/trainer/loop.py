@@ -15,8 +15,10 @@ from mirl.config import Config
 from mirl.diagnostics.groups import label_counts, label_groups
 from mirl.diagnostics.run import DiagnosticsState, is_scheduled, run_diagnostics
 from mirl.filtering import group_spread
+from mirl.rollout.prompts import EXAMPLE_REASONING
 from mirl.trainer import stages
 from mirl.trainer.early_stop import after_selection, after_validation
+from mirl.trainer.pace import PaceWatch
 from mirl.trainer.run import (
     Timer,
     TrainState,
@@ -77,7 +79,7 @@ def train(
         iterations_planned=config.trainer.iterations,
     )
     sinks = Sinks(run_dir, config.logging, total=config.trainer.iterations, start=state.iteration, console=console)
-    stop_reason, status = None, "crashed"
+    stop_reason, status, pace = None, "crashed", PaceWatch()
     previous = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(config.trainer.deterministic, warn_only=True)
     try:
@@ -86,6 +88,7 @@ def train(
             metrics, stop_reason = run_iteration(policy, learner, preset, config, state, run_dir, sinks)
             commit(run_dir, config, learner, state, sinks, metrics, stop_reason)
             summary.update(iterations_done=state.iteration)
+            say_pace(pace, state.iteration, metrics, sinks, summary)
             if stop_reason:
                 sinks.print(f"[bold red]early stop at iteration {state.iteration}:[/] {stop_reason}")
         status = "stopped" if stop_reason else "finished"
@@ -126,6 +129,8 @@ def run_iteration(
                 state.diagnostics,
                 generator=torch.Generator().manual_seed(seed),
                 progress=progress,
+                sample_temperature=config.rollout.temperature,
+                format_reasoning=EXAMPLE_REASONING if config.rollout.format_example else None,
             )
     with timer("filter"):
         selection, rows = stages.select(returns, config)
@@ -188,6 +193,14 @@ def train_on(batch, kept, returns, learner, preset, config: Config, state, seed:
                 temperature=learner.temperature,
             )
     return metrics | update(learner, inputs, preset, config.algorithm, torch.Generator().manual_seed(seed))
+
+
+def say_pace(pace: PaceWatch, iteration: int, metrics: dict, sinks: Sinks, summary: RunSummary) -> None:
+    """Print the busy-machine warning once (:mod:`mirl.trainer.pace`) and keep it in summary.json's warnings."""
+    message = pace.check(iteration, metrics)
+    if message:
+        sinks.print(f"warning: {message}")
+        summary.update(warnings=[*summary.data.get("warnings", []), message])
 
 
 def _work(sinks: Sinks | None, label: str, unit: str):

@@ -37,8 +37,8 @@ _MI_STATS = (
     ("matched_mean", "mean_i L[i, col(i)]", "nats"),
     ("marginal_mean", "mean_i (logsumexp_j L[i, j] - log N)", "nats"),
     ("marginal_std", "population std of marginal_i", "nats"),
-    ("mi_zscore", "mean_i (matched_i - marginal_i) / (marginal_std + eps)", ""),
-    ("mi_zscore_ema", "as mi_zscore with an EMA (decay 0.9) of marginal_std", ""),
+    ("mi_zscore", "mean_i (matched_i - marginal_i) / (marginal_std + eps); absent when marginal_std < eps", ""),
+    ("mi_zscore_ema", "as mi_zscore with an EMA (decay 0.9) of marginal_std; absent when that EMA < eps", ""),
     ("retrieval_acc", "fraction of rows whose argmax column is the true prompt", "fraction"),
     ("retrieval_acc@{k}", "true prompt among the top min(k, N) columns", "fraction"),
     ("retrieval_chance", "mean_i |columns equivalent to row i's prompt| / N", "fraction"),
@@ -126,7 +126,14 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("diag/{scope}/pairs", "M: (X, Z) pairs scored", "pairs"),
     Metric("diag/{scope}/columns", "N: prompt columns", "columns"),
     Metric("diag/{scope}/empty_reasoning", "candidate pairs skipped for an empty Z", "pairs"),
-    Metric("diag/{scope}/regime", "regime name from H(Z|X) per token and MI-Est / log N (a string)"),
+    Metric("diag/{scope}/copied_reasoning", "scored pairs whose Z copies the prompt's format example", "pairs"),
+    Metric("diag/{scope}/entropy_temperature", "temperature H(Z|X) is measured at (cross-scoring: 1)", ""),
+    Metric("diag/{scope}/sample_temperature", "temperature the scored reasonings were sampled at", ""),
+    Metric(
+        "diag/{scope}/regime",
+        "regime name (a string): quadrant of H(Z|X) per token vs MI-Est / log N, or undetermined / no_reasoning "
+        "(docs/metrics.md)",
+    ),
     Metric("diag/{scope}/{family}/regime", "regime name for an action-dependence family (a string)"),
     Metric("diag/{scope}/regime_id", "index of diag/{scope}/regime in REGIMES, -1 undetermined (TRL logs numbers)"),
     # gradient decomposition per reward-spread bucket (REFERENCE §5)

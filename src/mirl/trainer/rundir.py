@@ -130,6 +130,7 @@ class RunSummary:
             "hardware": hardware(),
             "mirl_version": mirl.__version__,
             "final": previous.get("final", {}),
+            "warnings": previous.get("warnings", []),  # said once in the log (busy machine, ...), kept here
         }
         self._segment_start = time.time()
         self._wall_before = self.data["wall_time_s"]

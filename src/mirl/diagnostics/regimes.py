@@ -1,0 +1,160 @@
+"""Calling a reasoning regime only when the evidence can carry it: per diagnosed iteration, then per run.
+
+Pure like :mod:`mirl.diagnostics.info` (math only): the numbers come in, a label and the sentence that
+justifies it go out. The criteria, with their reasons, are in docs/metrics.md ("Regimes").
+
+Per diagnosed iteration and scope (:func:`call_iteration`), in this order:
+
+1. ``no_reasoning`` when at least ``max_unjudged`` (half) of the candidate turns have an empty reasoning or one
+   that copies the format example: the matrix would judge the example, not the model's thinking.
+2. ``undetermined`` when fewer than ``min_columns`` (4) prompt columns were scored: with N columns MI is capped
+   by log N and chance is 1/N, so a handful of columns cannot separate grounded from collapsed.
+3. The quadrant of (H(Z|X), I(X;Z)) (``info.regime``), with H(Z|X) measured by scoring at temperature 1
+   (``SCORING_TEMPERATURE``) and the entropy threshold stated for reasonings *sampled* at that temperature.
+   Sampling cooler (T < 1) lowers H(Z|X) as measured at T = 1 by itself, sampling hotter raises it, so on the side
+   the sampling temperature pushes towards the entropy axis is not comparable with the threshold and the call is
+   ``undetermined``: at T = 0.7 a low H(Z|X) is not evidence of collapse, while a high one still is high.
+
+Per run (:func:`call_run`): the labels of one scope's diagnosed iterations, in order. At least
+``min_iterations`` (3) determined labels are needed; the run's regime is the label that holds a strict majority
+of the last ``min_iterations`` determined ones, else ``undetermined``. When most labels are ``no_reasoning``
+the run's regime is ``no_reasoning``.
+
+>>> call_run(["diverse_grounded", "template_collapse", "template_collapse", "template_collapse"]).label
+'template_collapse'
+>>> call_run(["low_entropy_collapse", "low_entropy_collapse"]).reason
+'too few diagnosed iterations to call a regime (2, need 3)'
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from mirl.diagnostics.info import REGIMES, regime
+
+UNDETERMINED = "undetermined"
+NO_REASONING = "no_reasoning"
+LABELS: tuple[str, ...] = (*REGIMES, UNDETERMINED, NO_REASONING)
+SCORING_TEMPERATURE = 1.0  # the cross-scoring temperature of the diagnostics (scoring.py)
+
+READINGS = {
+    "diverse_grounded": "reasoning is varied and depends on the input: healthy",
+    "template_collapse": "reasoning is varied but barely depends on the input: template collapse, which entropy "
+    "alone does not show",
+    "compressed_grounded": "reasoning has become concise and still depends on the input: healthy convergence",
+    "low_entropy_collapse": "reasoning is nearly one fixed text whatever the input: low-entropy collapse",
+    UNDETERMINED: "the evidence is too thin to name a regime",
+    NO_REASONING: "most replies carry no reasoning of their own (empty or the format example copied): "
+    "no reasoning to judge",
+}
+COLLAPSES = ("template_collapse", "low_entropy_collapse")
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One scope of one diagnosed iteration: its counts and, when scored, its per-token (``est``) proxies."""
+
+    pairs: int  # M, pairs scored
+    columns: int  # N, prompt columns
+    empty: int  # candidate turns skipped for an empty reasoning
+    copied: int = 0  # scored pairs whose reasoning copies the format example
+    cond_entropy: float | None = None  # H(Z|X), nats per token at SCORING_TEMPERATURE
+    mi: float | None = None  # MI-Est, nats per token
+    sample_temperature: float = SCORING_TEMPERATURE  # the temperature the reasonings were sampled at
+    prompts: int | None = None  # distinct prompts among the columns (None: every column is its own prompt)
+
+
+@dataclass(frozen=True)
+class Criteria:
+    """Thresholds of the calls (defaults from ``diagnostics.regime_*``; docs/metrics.md gives the reasons)."""
+
+    entropy: float = 0.5  # H(Z|X) at or above this is "high", for samples drawn at SCORING_TEMPERATURE
+    mi_fraction: float = 0.1  # MI-Est at or above mi_fraction * log N is "high"
+    min_columns: int = 4  # fewer scored columns: undetermined
+    min_iterations: int = 3  # fewer determined diagnosed iterations: the run is undetermined
+    max_unjudged: float = 0.5  # empty + copied reasonings at or above this share of candidates: no_reasoning
+
+
+@dataclass(frozen=True)
+class Call:
+    """A label from ``LABELS`` and the sentence of evidence behind it."""
+
+    label: str
+    reason: str
+
+
+def call_iteration(evidence: Evidence, criteria: Criteria = Criteria()) -> Call:
+    """The regime of one scope at one diagnosed iteration (module docstring, rules 1-3).
+
+    >>> call_iteration(Evidence(16, 16, 0, cond_entropy=0.3, mi=0.05, sample_temperature=0.7)).label
+    'undetermined'
+    >>> call_iteration(Evidence(16, 16, 0, cond_entropy=0.9, mi=0.05, sample_temperature=0.7)).label
+    'template_collapse'
+    """
+    e, c = evidence, criteria
+    candidates = e.pairs + e.empty
+    if candidates == 0:
+        return Call(UNDETERMINED, "no reasoning was sampled")
+    unjudged = (e.empty + e.copied) / candidates
+    if unjudged >= c.max_unjudged:
+        what = f"{e.empty} empty and {e.copied} copied from the format example, of {candidates} turns"
+        return Call(NO_REASONING, f"{unjudged:.0%} of the reasonings are empty or copies ({what})")
+    prompts = e.columns if e.prompts is None else e.prompts
+    if prompts < c.min_columns or e.cond_entropy is None or e.mi is None:
+        return Call(UNDETERMINED, f"{prompts} distinct prompt columns scored, need at least {c.min_columns}")
+    mi_cut = c.mi_fraction * math.log(e.columns)
+    label = regime(e.cond_entropy, e.mi, entropy_threshold=c.entropy, mi_threshold=mi_cut)
+    high = e.cond_entropy >= c.entropy
+    facts = (
+        f"H(Z|X) {e.cond_entropy:.3g} nats/token at T = {SCORING_TEMPERATURE:g} vs threshold {c.entropy:g}; "
+        f"MI-Est {e.mi:.3g} vs {c.mi_fraction:g} x log {e.columns} = {mi_cut:.3g}"
+    )
+    cooler, hotter = e.sample_temperature < SCORING_TEMPERATURE, e.sample_temperature > SCORING_TEMPERATURE
+    if (cooler and not high) or (hotter and high):
+        direction = "lowers" if cooler else "raises"
+        why = f"sampling at T = {e.sample_temperature:g} alone {direction} H(Z|X) measured at T = 1"
+        return Call(UNDETERMINED, f"{facts}; {why}, so the entropy axis is not comparable with the threshold")
+    return Call(label, facts)
+
+
+def call_run(labels: Sequence[str], criteria: Criteria = Criteria()) -> Call:
+    """The regime of a run from the per-iteration labels of one scope, oldest first (module docstring).
+
+    >>> call_run(["undetermined", "compressed_grounded", "diverse_grounded", "template_collapse"]).label
+    'undetermined'
+    >>> call_run(["no_reasoning", "no_reasoning", "diverse_grounded"]).label
+    'no_reasoning'
+    """
+    need = criteria.min_iterations
+    if not labels:
+        return Call(UNDETERMINED, "no diagnosed iteration")
+    unjudged = sum(label == NO_REASONING for label in labels)
+    if unjudged * 2 > len(labels):
+        return Call(NO_REASONING, f"{unjudged} of {len(labels)} diagnosed iterations had no reasoning to judge")
+    determined = [label for label in labels if label in REGIMES]
+    if len(determined) < need:
+        return Call(UNDETERMINED, f"too few diagnosed iterations to call a regime ({len(determined)}, need {need})")
+    label, count = Counter(determined[-need:]).most_common(1)[0]
+    if count * 2 <= need:
+        return Call(UNDETERMINED, f"the last {need} determined labels disagree: {', '.join(determined[-need:])}")
+    return Call(label, f"{count} of the last {need} determined diagnosed iterations")
+
+
+def _words(text: str) -> str:
+    return " ".join(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def is_copy(reasoning: str, example: str) -> bool:
+    """Whether a reasoning copies the format example's: the same words (case and punctuation aside), or the
+    example's words with at most a fifth more text around them.
+
+    >>> example = "I read the state and pick the move that helps."
+    >>> is_copy(" i read the state, and pick the move that helps ", example), is_copy("Left is a hole.", example)
+    (True, False)
+    """
+    words, target = _words(reasoning), _words(example)
+    return bool(target) and target in words and len(target) >= 0.8 * len(words)

@@ -1,0 +1,254 @@
+"""Is this run healthy? One verdict per run directory, shared by the report's first screen, ``mirl compare`` (one
+row per run) and the summary line ``mirl train`` prints at the end.
+
+The verdict is a health word and a few facts, each with the evidence behind it (criteria in docs/metrics.md,
+"Run verdict"):
+
+- status and iterations (``summary.json``, else the metrics);
+- success: training success from its first to its last logged value (means of the first and last quarter when
+  there are 8 or more iterations), and validation success the same way;
+- input dependence: top-1 retrieval accuracy of the latest diagnosed iteration against its chance level, with a
+  95 % Wilson interval over the M scored pairs; "above chance" only when the whole interval is;
+- regime: :func:`mirl.diagnostics.regimes.call_run` over the scope's per-iteration labels, with the latest
+  H(Z|X) and MI-Est against their thresholds and a plain-language reading;
+- kept share: the filter's mean kept fraction and the iterations that kept nothing.
+
+Health: ``unhealthy`` when the run crashed, never updated, or its regime is a collapse or has no reasoning to
+judge; ``check`` when any warning stands or input dependence is not above chance; ``healthy`` otherwise;
+``no data`` before the first logged iteration.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from mirl.diagnostics.regimes import COLLAPSES, NO_REASONING, READINGS, SCORING_TEMPERATURE, Criteria, call_run
+from mirl.report.overview import iterations_done, iterations_planned
+from mirl.report.plots import SCOPE_ORDER
+from mirl.report.rundir import Metrics, RunData, Series
+
+FLAT = 0.02  # a success change smaller than this reads "flat"
+
+
+def fmt(value: float | None) -> str:
+    """Three significant digits for the strip; '-' for nothing.
+
+    >>> fmt(0.335812), fmt(12.0), fmt(None)
+    ('0.336', '12', '-')
+    """
+    return "-" if value is None else f"{value:.3g}"
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One cell of the verdict strip: what, its value, the evidence, and a tone (ok, warn, bad, plain)."""
+
+    label: str
+    value: str
+    detail: str = ""
+    tone: str = "plain"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    health: str  # "healthy", "check", "unhealthy" or "no data"
+    facts: tuple[Fact, ...]
+    warnings: tuple[str, ...]
+    regime: str  # the run-level label (mirl.diagnostics.regimes.LABELS)
+
+    def fact(self, label: str) -> Fact | None:
+        return next((fact for fact in self.facts if fact.label == label), None)
+
+    def line(self) -> str:
+        """The one-line summary ``mirl train`` prints last."""
+        parts = [f"{fact.label} {fact.value}" for fact in self.facts]
+        text = f"summary: {self.health} | " + " | ".join(parts)
+        if self.warnings:
+            text += f" | {len(self.warnings)} warning(s): " + "; ".join(self.warnings)
+        return text
+
+
+def wilson(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95 % Wilson score interval of a proportion (``successes`` of ``n``); (0, 1) when n = 0.
+
+    >>> [round(v, 4) for v in wilson(9, 16)]
+    [0.3318, 0.769]
+    """
+    if n <= 0:
+        return 0.0, 1.0
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def trend(series: Series | None, what: str) -> Fact | None:
+    """First -> last (or first- and last-quarter means from 8 points on) of a success series.
+
+    >>> trend(Series(np.array([1, 2, 3, 4]), np.array([0.06, 0.1, 0.2, 0.25])), "success").value
+    '0.06 -> 0.25 (up)'
+    """
+    if series is None:
+        return None
+    values, its = series.values, series.iterations
+    if len(values) == 1:
+        return Fact(what, f"{fmt(values[0])} at iteration {its[0]}", "one logged value: no trend yet")
+    quarter = len(values) // 4 if len(values) >= 8 else 1
+    first, last = float(values[:quarter].mean()), float(values[-quarter:].mean())
+    change = last - first
+    word = "flat" if abs(change) < FLAT else ("up" if change > 0 else "down")
+    detail = f"iterations {its[0]}..{its[-1]}" + (f", means of the first and last {quarter}" if quarter > 1 else "")
+    return Fact(what, f"{fmt(first)} -> {fmt(last)} ({word})", detail, "bad" if word == "down" else "plain")
+
+
+def diagnosed_scope(metrics: Metrics) -> str | None:
+    """The scope the verdict reads: trajectory, else first-turn, else the first scope with a regime label."""
+    found = [key.split("/")[1] for key in metrics.text if key.count("/") == 2 and key.endswith("/regime")]
+    for scope in (*reversed(SCOPE_ORDER), *sorted(found)):
+        if scope in found:
+            return scope
+    return None
+
+
+def value_at(series: Series | None, iteration: int) -> float | None:
+    """The value ``series`` logged at ``iteration``, or None."""
+    if series is None:
+        return None
+    found = np.flatnonzero(series.iterations == iteration)
+    return float(series.values[found[0]]) if len(found) else None
+
+
+def dependence(metrics: Metrics, scope: str) -> Fact | None:
+    """Retrieval accuracy of the latest diagnosed iteration vs chance, with a Wilson interval over its pairs."""
+    acc = metrics.get(f"diag/{scope}/est/retrieval_acc")
+    if acc is None:
+        return None
+    iteration, p = int(acc.iterations[-1]), acc.last
+    chance = value_at(metrics.get(f"diag/{scope}/est/retrieval_chance"), iteration)
+    n = int(value_at(metrics.get(f"diag/{scope}/pairs"), iteration) or 0)
+    if chance is None or n == 0:
+        return None
+    low, high = wilson(p * n, n)
+    word, tone = "at chance", "warn"
+    if low > chance:
+        word, tone = "above chance", "ok"
+    elif high < chance:
+        word, tone = "below chance", "bad"
+    name = scope.replace("_", "-")
+    detail = f"95% interval {low:.2f}-{high:.2f} over {n} pairs; {name} scope, iteration {iteration}"
+    return Fact("input dependence", f"retrieval {fmt(p)} vs chance {fmt(chance)}: {word}", detail, tone)
+
+
+def criteria(run: RunData) -> Criteria:
+    c = run.config_value
+    return Criteria(
+        entropy=float(c("diagnostics.regime_entropy_threshold", 0.5)),
+        mi_fraction=float(c("diagnostics.regime_mi_fraction", 0.1)),
+        min_columns=int(c("diagnostics.regime_min_columns", 4)),
+        min_iterations=int(c("diagnostics.regime_min_iterations", 3)),
+    )
+
+
+def sample_temperature(run: RunData, scope: str | None) -> float | None:
+    """The temperature the diagnosed reasonings were sampled at (logged, else ``rollout.temperature``)."""
+    logged = run.metrics.get(f"diag/{scope}/sample_temperature") if scope else None
+    if logged is not None:
+        return logged.last
+    value = run.config_value("rollout.temperature")
+    return float(value) if isinstance(value, int | float) else None
+
+
+def regime_fact(run: RunData, scope: str, rules: Criteria) -> tuple[Fact, str, str]:
+    """The run-level regime of ``scope`` with its evidence; returns (fact, label, reason)."""
+    labels = [label for _, label in run.metrics.text.get(f"diag/{scope}/regime", [])]
+    call = call_run(labels, rules)
+    evidence = [call.reason]
+    entropy, mi = (run.metrics.get(f"diag/{scope}/est/{k}") for k in ("conditional_entropy", "mi_estimate"))
+    columns = run.metrics.get(f"diag/{scope}/columns")
+    if entropy is not None and mi is not None and columns is not None and columns.last > 0:
+        temperature = sample_temperature(run, scope)
+        cooled = temperature is not None and temperature != SCORING_TEMPERATURE
+        at = f"T = {SCORING_TEMPERATURE:g}" + (f" on T = {temperature:g} samples" if cooled else "")
+        cut = rules.mi_fraction * math.log(columns.last)
+        evidence.append(
+            f"latest H(Z|X) {fmt(entropy.last)} nats/token ({at}) vs {rules.entropy:g}; "
+            f"MI-Est {fmt(mi.last)} vs {rules.mi_fraction:g} x log {int(columns.last)} = {cut:.3g}"
+        )
+    tone = "bad" if call.label in (*COLLAPSES, NO_REASONING) else ("plain" if call.label == "undetermined" else "ok")
+    detail = f"{READINGS[call.label]} ({'; '.join(evidence)})"
+    return (
+        Fact("regime", f"{call.label.replace('_', ' ')} ({scope.replace('_', '-')})", detail, tone),
+        call.label,
+        call.reason,
+    )
+
+
+def kept_fact(metrics: Metrics) -> Fact | None:
+    kept, empty = metrics.get("filter/kept_ratio"), metrics.get("filter/empty")
+    if kept is None:
+        return None
+    none_kept = int(empty.values.sum()) if empty is not None else int((kept.values == 0).sum())
+    detail = f"mean over {len(kept.values)} iterations; {none_kept} kept no group"
+    return Fact("kept share", f"{fmt(float(kept.values.mean()))} of groups", detail, "warn" if none_kept else "plain")
+
+
+def update_warnings(metrics: Metrics) -> tuple[list[str], bool]:
+    """Warnings about iterations without an update, and whether no update happened at all."""
+    steps, empty = metrics.get("train/optimizer_steps"), metrics.get("filter/empty")
+    total = len(metrics)
+    if steps is not None:
+        updated = int((steps.values > 0).sum())
+    else:  # a log without the step count: an iteration that updated logged its loss
+        loss = metrics.get("train/policy_loss") or metrics.get("train/entropy")
+        updated = len(loss.values) if loss is not None else 0
+    if updated == 0:
+        why = "the filter kept no group in any iteration" if empty is not None and empty.values.min() > 0 else ""
+        return [f"no update happened in {total} iteration(s)" + (f": {why}" if why else "")], True
+    skipped = total - updated
+    return ([f"{skipped} of {total} iterations did no update (the filter kept nothing)"] if skipped else []), False
+
+
+def verdict(run: RunData) -> Verdict:
+    """The verdict of one run (module docstring)."""
+    metrics, summary = run.metrics, run.summary
+    status = str(summary.get("status", "unknown"))
+    reason = summary.get("stop_reason")
+    facts = [
+        Fact("status", status + (f" ({reason})" if reason else ""), tone="bad" if status == "crashed" else "plain"),
+        Fact("iterations", f"{iterations_done(run)} of {fmt(iterations_planned(run))}"),
+    ]
+    if not len(metrics):
+        return Verdict("no data", tuple(facts), ("no iteration logged yet",), "undetermined")
+    warnings, no_update = update_warnings(metrics)
+    facts += [
+        f
+        for f in (trend(metrics.get("rollout/success"), "success"), trend(metrics.get("val/success"), "validation"))
+        if f
+    ]
+    scope, label = diagnosed_scope(metrics), "undetermined"
+    if scope is not None:
+        found = dependence(metrics, scope)
+        facts += [found] if found else []
+        fact, label, why = regime_fact(run, scope, criteria(run))
+        facts.append(fact)
+        warnings += [why] if why.startswith("too few") else []
+        temperature = sample_temperature(run, scope)
+        if temperature is not None and temperature != SCORING_TEMPERATURE:
+            warnings.append(f"entropy measured at T = {SCORING_TEMPERATURE:g} on T = {temperature:g} samples")
+    else:
+        warnings.append("no MI diagnostics logged: input dependence and regime unknown")
+    facts += [f for f in (kept_fact(metrics),) if f]
+    warnings += [str(w) for w in summary.get("warnings", []) if isinstance(w, str)]
+    if status in ("crashed", "stopped", "running"):
+        warnings.insert(0, f"the run is {status}" + (f": {reason}" if reason else ""))
+    return Verdict(_health(status, no_update, label, facts, warnings), tuple(facts), tuple(warnings), label)
+
+
+def _health(status: str, no_update: bool, label: str, facts: list[Fact], warnings: list[str]) -> str:
+    if status == "crashed" or no_update or label in (*COLLAPSES, NO_REASONING):
+        return "unhealthy"
+    dependent = any(f.label == "input dependence" and f.tone == "ok" for f in facts)
+    return "check" if warnings or not dependent else "healthy"
