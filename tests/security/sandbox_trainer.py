@@ -1,9 +1,11 @@
 """The trainer side of the sandbox probe suite: judges hostile programs the way DeepCoder does and reports.
 
 Run by ``tests/security/test_sandbox_probes.py`` as root and as an unprivileged user:
-``python sandbox_trainer.py attacks`` reads ``{"socket": PATH, "socket_secret": S}`` on stdin (so no secret sits
-on a command line) and prints one JSON report; ``python sandbox_trainer.py hang`` starts a program that sleeps,
-prints the worker pids and waits to be killed.
+
+- ``attacks`` reads ``{"socket": PATH, "socket_secret": S}`` on stdin (no secret on a command line), prints one
+  JSON report;
+- ``degraded`` reports what is missing where namespaces are refused, and whether memory and environment hold;
+- ``hang`` starts a program that sleeps, prints the worker pids and waits to be killed.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import sandbox_attacks as attack
 
 from mirl.envs.code.deepcoder import judge
 from mirl.envs.code.problems import CodeProblem, CodeTest
-from mirl.envs.code.sandbox import Job, Limits, SandboxPool
+from mirl.envs.code.sandbox import Job, Limits, SandboxPool, isolation_report, missing_guarantees
 
 LIMITS = Limits(timeout_s=8.0, memory_mb=1024, file_mb=8, processes=16)
 KEYCTL, ADD_KEY = {"x86_64": (250, 248), "aarch64": (219, 217)}[platform.machine()]
@@ -122,6 +124,14 @@ def attacks() -> None:
     print(json.dumps(report), flush=True)
 
 
+def degraded() -> None:
+    """On a platform without namespaces: what is reported missing, and whether the trainer's memory still holds."""
+    with SandboxPool(2, limits=LIMITS) as pool:
+        report = {"missing": missing_guarantees(pool), "report": isolation_report(pool)}
+        report |= memory_and_environment(pool)
+    print(json.dumps(report), flush=True)
+
+
 def hang() -> None:
     pool = SandboxPool(2, limits=Limits(timeout_s=100))
     pool.run_many([Job("pass")] * 2)
@@ -132,4 +142,4 @@ def hang() -> None:
 
 
 if __name__ == "__main__":
-    {"attacks": attacks, "hang": hang}[sys.argv[1]]()
+    {"attacks": attacks, "hang": hang, "degraded": degraded}[sys.argv[1]]()

@@ -279,3 +279,59 @@ def test_workers_and_programs_die_with_the_trainer(mode, request):
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert left == []
+
+
+def _without_namespaces(uid: int, gid: int):
+    """As the probe user, on a kernel that refuses namespaces: the sandbox's own filter refuses ``unshare``."""
+    from mirl.envs.code import sandbox_jail
+
+    become = _become(uid, gid)
+
+    def prepare() -> None:
+        become()
+        if LIBC.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS, needed for an unprivileged filter
+            raise OSError(ctypes.get_errno(), "no_new_privs")
+        sandbox_jail.install_seccomp()
+
+    return prepare
+
+
+def test_without_namespaces_the_missing_guarantees_are_named(probe_user):
+    """Where no isolation is possible, `mirl envs deepcoder` (and `mirl train`, below) say what is missing."""
+    prepare = _without_namespaces(*probe_user)
+    done = subprocess.run(
+        [sys.executable, str(TRAINER), "degraded"],
+        capture_output=True,
+        text=True,
+        cwd=HERE,
+        env=_env(MIRL_PROBE_SECRET="MIRLENV-" + secrets.token_hex(16)),
+        preexec_fn=prepare,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert [line.split(":")[0] for line in report["missing"]] == ["network", "trainer", "files", "ipc"]
+    assert "MISSING: network" in report["report"]
+    # the trainer is non-dumpable and ptrace is refused, so even here its memory and environment stay unread
+    assert report["memory_score"] == 0.0 and not report["environ_stolen"]
+    cli = [sys.executable, "-m", "mirl.cli"]
+    envs = subprocess.run([*cli, "envs", "deepcoder"], capture_output=True, text=True, env=_env(), preexec_fn=prepare)
+    assert envs.returncode == 0 and "MISSING: network" in envs.stdout and "trainer: programs run as" in envs.stdout
+
+
+@pytest.mark.slow
+def test_without_namespaces_training_with_code_rewards_refuses_before_the_model_loads(probe_user, tmp_path):
+    prepare = _without_namespaces(*probe_user)
+    cli = [sys.executable, "-m", "mirl.cli"]
+    os.chmod(tmp_path, 0o777)
+    train = subprocess.run(
+        [*cli, "train", "envs=[{name: deepcoder}]", f"trainer.output_dir={tmp_path}/runs"],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        preexec_fn=prepare,
+        cwd=tmp_path,
+        timeout=600,
+    )
+    assert train.returncode == 2 and train.stderr.count("\n") == 1, train.stderr[-2000:]
+    assert train.stderr.startswith("mirl train: deepcoder: the code sandbox lacks 4 isolation guarantee(s)")
+    assert "require_isolation: false" in train.stderr and not (tmp_path / "runs").exists()

@@ -41,17 +41,30 @@ Arguments:
     num_tests: tests per synthetic problem; for datasets, at most this many (the first ones).
     timeout_s: wall-clock limit per test run in seconds (CPU limit: this rounded up, plus one).
     memory_mb: address-space limit per test run.
+    require_isolation: training refuses to start (before the model loads) when the sandbox lacks a guarantee
+        on this machine (``mirl envs deepcoder`` lists them); False trains anyway and logs what is missing.
 """
 
 from __future__ import annotations
 
 import ast
+import logging
 import re
 from typing import Any
 
 from mirl.envs.base import TextEnv
 from mirl.envs.code.problems import CodeProblem, hf_table, humaneval_problems, problem_from_row, synthetic_problem
-from mirl.envs.code.sandbox import Call, Job, Limits, RunResult, SandboxPool, shared_pool, text_matches, values_match
+from mirl.envs.code.sandbox import (
+    Call,
+    Job,
+    Limits,
+    RunResult,
+    SandboxPool,
+    missing_guarantees,
+    shared_pool,
+    text_matches,
+    values_match,
+)
 from mirl.envs.code.templates import TIERS
 from mirl.envs.data import SPLITS, RowView, check_choice, row_for_seed
 from mirl.envs.registry import register
@@ -63,6 +76,7 @@ FORMATS = ("function", "stdin")
 HF_DATASET = "agentica-org/DeepCoder-Preview-Dataset"
 MAX_PROGRAM_CHARS = 20_000
 _SKIP_ROWS = 100  # unreadable dataset rows skipped at most per reset
+_log = logging.getLogger(__name__)
 CODE_BLOCK = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 
 
@@ -152,6 +166,7 @@ class DeepCoder(TextEnv):
         num_tests: int = 6,
         timeout_s: float = 2.0,
         memory_mb: int = 512,
+        require_isolation: bool = True,
     ) -> None:
         super().__init__()
         self.source = check_choice("source", source, SOURCES)
@@ -165,6 +180,9 @@ class DeepCoder(TextEnv):
         if isinstance(num_tests, float) or _int_option("num_tests", num_tests, 1, 100) != int(num_tests):
             raise ValueError(f"num_tests must be an int in [1, 100], got {num_tests!r}")
         self.num_tests = num_tests
+        if not isinstance(require_isolation, bool):
+            raise ValueError(f"require_isolation must be true or false, got {require_isolation!r}")
+        self.require_isolation = require_isolation
         self.limits = Limits(timeout_s=_int_option("timeout_s", timeout_s, 0.05, 60), memory_mb=memory_mb).check()
         if source == "humaneval" and split == "train":
             raise ValueError(
@@ -181,6 +199,25 @@ class DeepCoder(TextEnv):
         self.problem: CodeProblem | None = None
         self._observation = ""
         self._done = self._success = False
+
+    @classmethod
+    def preflight(cls, options: dict[str, Any]) -> None:
+        """Before training (and before the model loads): refuse when the sandbox lacks a guarantee here.
+
+        Rewards come from running the model's code, so a program that escapes could forge them. With
+        ``require_isolation=False`` the missing guarantees are logged and training goes on.
+        """
+        missing = missing_guarantees()
+        if missing and options.get("require_isolation", True) is False:
+            for line in missing:
+                _log.warning("deepcoder sandbox: missing %s", line)
+        elif missing:
+            raise ValueError(
+                f"deepcoder: the code sandbox lacks {len(missing)} isolation guarantee(s) on this machine, so "
+                f"programs could forge their reward: {' | '.join(missing)}. Run as root, or enable unprivileged "
+                "user namespaces (sysctl user.max_user_namespaces > 0, kernel.unprivileged_userns_clone=1), or "
+                "accept the risk with envs=[{name: deepcoder, options: {require_isolation: false}}]"
+            )
 
     @property
     def instruction(self) -> str:

@@ -300,7 +300,7 @@ class SandboxPool:
             if self.facts is None:
                 self.facts = worker.hello["facts"]
                 for missing in missing_guarantees(self):
-                    _log.warning("sandbox guarantee missing on this machine: %s", missing)
+                    _log.info("sandbox guarantee missing on this machine: %s", missing)
         return worker
 
     def run(self, job: Job, limits: Limits | None = None) -> RunResult:
