@@ -53,7 +53,14 @@ import re
 from typing import Any
 
 from mirl.envs.base import TextEnv
-from mirl.envs.code.problems import CodeProblem, hf_table, humaneval_problems, problem_from_row, synthetic_problem
+from mirl.envs.code.problems import (
+    PREDICATES,
+    CodeProblem,
+    hf_table,
+    humaneval_problems,
+    problem_from_row,
+    synthetic_problem,
+)
 from mirl.envs.code.sandbox import (
     Call,
     Job,
@@ -117,6 +124,8 @@ def test_passed(problem: CodeProblem, index: int, result: RunResult) -> tuple[bo
     found, value = result.call_result()
     if not found:
         return False, "no result"
+    if test.predicate:  # a check's predicate, applied here to the returned JSON value
+        return (True, "passed") if PREDICATES[test.predicate](value, test) else (False, "wrong answer")
     expected = test.expected_value
     unwrapped = test.unwrap and isinstance(expected, list) and len(expected) == 1 and values_match(value, expected[0])
     return (True, "passed") if values_match(value, expected) or unwrapped else (False, "wrong answer")

@@ -125,7 +125,7 @@ class RunResult:
             if line.startswith(RESULT_MARKER):
                 try:
                     return True, json.loads(line[len(RESULT_MARKER) :])
-                except json.JSONDecodeError:
+                except (ValueError, RecursionError):  # not JSON, an int past the digit limit, nested too deep
                     return False, None
         return False, None
 
