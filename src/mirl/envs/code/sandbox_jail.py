@@ -119,8 +119,12 @@ def private_files(package_root, pid_namespace):
         os.close(stdlib_fd)
     for path in _packages_inside(package_root):
         _tmpfs(path, b"size=4k,mode=0755", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    if pid_namespace:
-        _check(LIBC.mount(b"proc", b"/proc", b"proc", ctypes.c_ulong(MS_NOSUID | MS_NODEV | MS_NOEXEC), None), "proc")
+    proc = "host /proc"
+    if pid_namespace:  # a fresh /proc of the new PID namespace; where that is refused, an empty one
+        proc = "/proc of the new PID namespace"
+        if LIBC.mount(b"proc", b"/proc", b"proc", ctypes.c_ulong(MS_NOSUID | MS_NODEV | MS_NOEXEC), None) != 0:
+            _tmpfs("/proc", b"size=4k,mode=0555", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            proc = "/proc hidden (a fresh proc mount was refused)"
     attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
     flags = (ctypes.c_long(SYS_MOUNT_SETATTR), ctypes.c_int(-100), b"/", ctypes.c_uint(AT_RECURSIVE))
     read_only = LIBC.syscall(*flags, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr))) == 0
@@ -130,7 +134,7 @@ def private_files(package_root, pid_namespace):
     scratch = ", ".join(f"{path} {mb} MB" for path, mb in SCRATCH.items())
     rest = "everything else read-only" if read_only else "the rest writable where the sandbox uid may write"
     shown = " ".join(hidden) or "nothing"
-    return f"private tmpfs ({scratch}), {rest}, hidden: {shown}, standard library readable"
+    return f"private tmpfs ({scratch}), {rest}, hidden: {shown}, standard library readable, {proc}"
 
 
 def hidden_dirs(package_root, stdlib):
