@@ -338,3 +338,17 @@ def test_the_syscall_filter_refuses_what_it_says(pool):
         assert lines[name].startswith("-1 Operation not permitted"), (name, lines[name])
     assert lines["af_unix"] == "Operation not permitted" and lines["socketpair"] == "pair"
     assert lines["fork"] == "0" and lines["thread"] == "started"  # clone3 refused: the C library falls back
+
+
+@needs_root
+def test_sysv_shared_memory_is_capped_at_the_memory_limit(pool):
+    """As root the run's IPC namespace allows at most the memory limit of SysV shared memory in all."""
+    result = run(
+        pool,
+        """
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        print(sum(libc.shmget(0, 100 << 20, 0o1600) >= 0 for _ in range(10)))
+        """,
+    )
+    assert result.reason == "ok" and int(result.stdout) * 100 <= LIMITS.memory_mb, result.stdout

@@ -91,7 +91,7 @@ sandbox modes (the line above is this machine's):
     workers die with the trainer and programs with their worker
   root: an unprivileged uid per worker; new network, PID and mount namespaces: no network, the trainer
     invisible, read-only file system (projects, data, host sockets, site-packages hidden; stdlib readable),
-    scratch tmpfs wiped after each run
+    scratch tmpfs wiped after each run, SysV shared memory capped at the run's memory limit
   not root, unprivileged user namespaces available: the same namespaces in a new user namespace; programs keep
     the caller's uid without capabilities
   not root, no user namespaces: programs run as the calling user beside the trainer, with network and the

@@ -7,12 +7,14 @@ Imported by :mod:`mirl.envs.code.sandbox_worker` by file path. Two parts:
   tried on its own and the facts say which ones the platform granted. :func:`private_files` then builds the
   worker's file system view (read-only everything, fresh scratch tmpfs, hidden projects, sockets and packages,
   the standard library bound back in where the sandbox uid could not reach it).
-- :func:`confine` (per run, in the forked child): a fresh IPC namespace, a fresh empty session keyring, no
+- :func:`confine` (per run, in the forked child): a fresh IPC namespace (as root, its SysV shared memory capped
+  at the run's memory limit; a user namespace cannot set that limit), a fresh empty session keyring, no
   capabilities, ``no_new_privs``, death with the worker, and a seccomp filter that refuses AF_UNIX sockets, the
   keyring calls, ptrace and cross-process memory access, io_uring, new namespaces and mounts, and every syscall
   of a foreign ABI (32-bit calls from a 64-bit process).
 """
 
+import contextlib
 import ctypes
 import os
 import platform
@@ -119,18 +121,18 @@ def private_files(package_root, pid_namespace):
         os.close(stdlib_fd)
     for path in _packages_inside(package_root):
         _tmpfs(path, b"size=4k,mode=0755", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    proc = "host /proc"
-    if pid_namespace:  # a fresh /proc of the new PID namespace; where that is refused, an empty one
-        proc = "/proc of the new PID namespace"
-        if LIBC.mount(b"proc", b"/proc", b"proc", ctypes.c_ulong(MS_NOSUID | MS_NODEV | MS_NOEXEC), None) != 0:
-            _tmpfs("/proc", b"size=4k,mode=0555", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
-            proc = "/proc hidden (a fresh proc mount was refused)"
     attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
     flags = (ctypes.c_long(SYS_MOUNT_SETATTR), ctypes.c_int(-100), b"/", ctypes.c_uint(AT_RECURSIVE))
     read_only = LIBC.syscall(*flags, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr))) == 0
     for path, megabytes in SCRATCH.items():
         if os.path.isdir(path) and not os.path.islink(path):
             _tmpfs(path, f"size={megabytes}m,mode=1777".encode())
+    proc = "host /proc"
+    if pid_namespace:  # a fresh /proc of the new PID namespace; where that is refused, an empty one
+        proc = "/proc of the new PID namespace"
+        if LIBC.mount(b"proc", b"/proc", b"proc", ctypes.c_ulong(MS_NOSUID | MS_NODEV | MS_NOEXEC), None) != 0:
+            _tmpfs("/proc", b"size=4k,mode=0555", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            proc = "/proc hidden (a fresh proc mount was refused)"
     scratch = ", ".join(f"{path} {mb} MB" for path, mb in SCRATCH.items())
     rest = "everything else read-only" if read_only else "the rest writable where the sandbox uid may write"
     shown = " ".join(hidden) or "nothing"
@@ -226,13 +228,21 @@ def drop_capabilities():
     _check(LIBC.capset(ctypes.byref(header), data), "capset")
 
 
-def confine(config, facts, parent):
+def _cap_shared_memory(memory_mb):
+    """In the run's fresh IPC namespace: all SysV shared memory together at most the run's memory limit."""
+    for name, value in (("shmmax", memory_mb << 20), ("shmall", memory_mb << 8)):  # bytes; 4 KiB pages
+        with contextlib.suppress(OSError), open(f"/proc/sys/kernel/{name}", "w") as handle:
+            handle.write(str(value))
+
+
+def confine(config, facts, parent, memory_mb):
     """Per run, in the child before the program: IPC namespace, keyring, uid or capabilities, filter, death signal.
 
     ``config["uid"]`` set (root): drop to it. Otherwise the user namespace's capabilities are dropped.
     """
     if facts["ipc"]:
         _check(LIBC.unshare(CLONE_NEWIPC), "unshare(CLONE_NEWIPC)")
+        _cap_shared_memory(memory_mb)
     if config["uid"] is not None:
         os.setgroups([])
         os.setresgid(config["gid"], config["gid"], config["gid"])

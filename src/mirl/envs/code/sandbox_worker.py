@@ -205,7 +205,7 @@ def _child(request, config, workdir, fds, parent):
         os.closerange(3, 1 << 16)
         os.chdir(workdir)
         _limit(request["limits"])
-        jail.confine(config, config["facts"], parent)
+        jail.confine(config, config["facts"], parent, int(request["limits"]["memory_mb"]))
         os.environ.clear()
         os.environ.update(CHILD_ENV)
         os.umask(0o077)
