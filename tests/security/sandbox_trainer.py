@@ -24,7 +24,7 @@ import time
 
 import sandbox_attacks as attack
 
-from mirl.envs.code.deepcoder import judge
+from mirl.envs.code.deepcoder import DeepCoder, judge
 from mirl.envs.code.problems import CodeProblem, CodeTest
 from mirl.envs.code.sandbox import Job, Limits, SandboxPool, isolation_report, missing_guarantees
 
@@ -129,6 +129,12 @@ def degraded() -> None:
     with SandboxPool(2, limits=LIMITS) as pool:
         report = {"missing": missing_guarantees(pool), "report": isolation_report(pool)}
         report |= memory_and_environment(pool)
+    DeepCoder.preflight({"require_isolation": False})  # accepted: logged only
+    try:
+        DeepCoder.preflight({})
+        report["refused"] = ""
+    except ValueError as err:
+        report["refused"] = str(err)
     print(json.dumps(report), flush=True)
 
 

@@ -313,6 +313,7 @@ def test_without_namespaces_the_missing_guarantees_are_named(probe_user):
     assert "MISSING: network" in report["report"]
     # the trainer is non-dumpable and ptrace is refused, so even here its memory and environment stay unread
     assert report["memory_score"] == 0.0 and not report["environ_stolen"]
+    assert report["refused"].startswith("deepcoder: the code sandbox lacks 4 isolation guarantee(s)")
     cli = [sys.executable, "-m", "mirl.cli"]
     envs = subprocess.run([*cli, "envs", "deepcoder"], capture_output=True, text=True, env=_env(), preexec_fn=prepare)
     assert envs.returncode == 0 and "MISSING: network" in envs.stdout and "trainer: programs run as" in envs.stdout
