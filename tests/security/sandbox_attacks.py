@@ -136,6 +136,18 @@ if libc.mq_open(b"/mirl-probe", 0o2, 0, None) >= 0:
 print(" ".join(found) or "nothing")
 """
 
+LEFT_FILES = ("/tmp/mirl-probe-left", "/var/tmp/mirl-probe-left", "/dev/shm/mirl-probe-left")
+PLANT_FILES = f"""
+written = []
+for path in {LEFT_FILES!r}:
+    try:
+        open(path, "w").write("left")
+        written.append(path)
+    except OSError:
+        pass
+print(len(written))
+"""
+
 HONEST_STDLIB = r"""
 import base64, csv, glob, graphlib, io, sys
 rows = list(csv.reader(io.StringIO(sys.stdin.read())))

@@ -26,7 +26,7 @@ import sandbox_attacks as attack
 
 from mirl.envs.code.deepcoder import DeepCoder, judge
 from mirl.envs.code.problems import CodeProblem, CodeTest
-from mirl.envs.code.sandbox import Job, Limits, SandboxPool, isolation_report, missing_guarantees
+from mirl.envs.code.sandbox import Job, Limits, SandboxPool
 
 LIMITS = Limits(timeout_s=8.0, memory_mb=1024, file_mb=8, processes=16)
 KEYCTL, ADD_KEY = {"x86_64": (250, 248), "aarch64": (219, 217)}[platform.machine()]
@@ -88,9 +88,11 @@ def keyrings(pool: SandboxPool) -> dict:
 
 
 def ipc(pool: SandboxPool) -> dict:
+    files = pool.run(Job(attack.PLANT_FILES), LIMITS)
     planted = pool.run(Job(attack.IPC_PLANT), LIMITS)
     found = [pool.run(Job(attack.IPC_FIND), LIMITS).stdout.strip() for _ in range(2 * pool.workers)]
-    return {"planted": planted.stdout.strip() + planted.stderr[-300:], "found_later": sorted(set(found) - {"nothing"})}
+    report = {"planted": planted.stdout.strip() + planted.stderr[-300:], "files_written": files.stdout.strip()}
+    return report | {"found_later": sorted(set(found) - {"nothing"})}
 
 
 def unix_socket(pool: SandboxPool, path: str, secret: str) -> dict:
@@ -126,6 +128,8 @@ def attacks() -> None:
 
 def degraded() -> None:
     """On a platform without namespaces: what is reported missing, and whether the trainer's memory still holds."""
+    from mirl.envs.code.sandbox import isolation_report, missing_guarantees
+
     with SandboxPool(2, limits=LIMITS) as pool:
         report = {"missing": missing_guarantees(pool), "report": isolation_report(pool)}
         report |= memory_and_environment(pool)

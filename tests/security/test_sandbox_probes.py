@@ -29,6 +29,7 @@ HERE = Path(__file__).parent
 TRAINER = HERE / "sandbox_trainer.py"
 USER = "mirl-probe"
 LIBC = ctypes.CDLL(None, use_errno=True)
+LEFT_FILES = ("/tmp/mirl-probe-left", "/var/tmp/mirl-probe-left", "/dev/shm/mirl-probe-left")  # sandbox_attacks'
 IPC_KEYS = {0x4D49524C + i for i in range(3)}
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the probe suite starts as root to run both modes")
 
@@ -165,6 +166,9 @@ def _run_trainer(mode: str, prepare, user_id: int | None) -> dict:
     report = json.loads(out.strip().splitlines()[-1])
     report["trainer_stopped"], report["socket_connections"] = stopped, server.connections
     report["host_ipc_left"] = _host_ipc_leftovers()
+    report["host_files_left"] = [path for path in LEFT_FILES if os.path.exists(path)]
+    for path in report["host_files_left"]:
+        os.unlink(path)
     return report
 
 
@@ -225,6 +229,11 @@ def test_ipc_objects_do_not_outlive_the_run(report):
     """Root finding: SysV shm/msg and POSIX queues survived (3 x 128 MiB of shm in host memory) for the next run."""
     assert "shm" in report["planted"], report["planted"]  # the attack did run: the objects existed in the run
     assert report["found_later"] == [] and report["host_ipc_left"] == []
+
+
+def test_files_written_to_shared_scratch_directories_do_not_stay(report):
+    assert report["files_written"] == "3"  # the attack did write them, into the run's own scratch space
+    assert report["host_files_left"] == []
 
 
 def test_keyrings_are_fresh_and_empty_per_run(report):
