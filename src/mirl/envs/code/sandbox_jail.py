@@ -7,11 +7,11 @@ Imported by :mod:`mirl.envs.code.sandbox_worker` by file path. Two parts:
   tried on its own and the facts say which ones the platform granted. :func:`private_files` then builds the
   worker's file system view (read-only everything, fresh scratch tmpfs, hidden projects, sockets and packages,
   the standard library bound back in where the sandbox uid could not reach it).
-- :func:`confine` (per run, in the forked child): a fresh IPC namespace (as root, its SysV shared memory capped
-  at the run's memory limit; a user namespace cannot set that limit), a fresh empty session keyring, no
-  capabilities, ``no_new_privs``, death with the worker, and a seccomp filter that refuses AF_UNIX sockets, the
-  keyring calls, ptrace and cross-process memory access, io_uring, new namespaces and mounts, and every syscall
-  of a foreign ABI (32-bit calls from a 64-bit process).
+- :func:`confine` (per run, in the forked child): a fresh IPC namespace (as root, its SysV shared memory capped at
+  the run's memory limit; a user namespace cannot set that limit), a fresh empty session keyring, no capabilities,
+  ``no_new_privs``, death with the worker, and a seccomp filter that refuses AF_UNIX sockets (but connected stream
+  pairs), the keyring calls, ptrace and cross-process memory access, io_uring, new namespaces and mounts, and every
+  syscall of a foreign ABI (32-bit calls from a 64-bit process).
 """
 
 import contextlib
@@ -41,7 +41,7 @@ _SYSCALLS = {
     "aarch64": (0xC00000B7, (217, 218, 219, 117, 270, 271, 425, 426, 427, 97, 268, 40, 39, 41, 428, 429, 430, 432)),
 }
 _KEYCTL = {"x86_64": 250, "aarch64": 219}
-_SOCKET_CLONE = {"x86_64": (41, 56, 435), "aarch64": (198, 220, 435)}
+_SOCKET_CLONE = {"x86_64": (41, 53, 56, 435), "aarch64": (198, 199, 220, 435)}  # socket, socketpair, clone, clone3
 _ARCH = {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(), platform.machine().lower())
 
 
@@ -189,18 +189,22 @@ def _assemble(program):
 
 
 def seccomp_program(arch=_ARCH):
-    """The BPF filter: errno for the refused calls, socket(AF_UNIX), clone with namespace flags, a foreign ABI.
+    """The BPF filter: errno for the refused calls, socket(AF_UNIX), datagram socketpairs, clone with namespace
+    flags, a foreign ABI.
 
     clone3 answers ENOSYS (its flags sit in memory a filter cannot read), so the C library falls back to clone.
     """
     audit_arch, refused = _SYSCALLS[arch]
-    socket_nr, clone_nr, clone3_nr = _SOCKET_CLONE[arch]
+    socket_nr, pair_nr, clone_nr, clone3_nr = _SOCKET_CLONE[arch]
     load, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
     program = [(load, 4, None, None), (jeq, audit_arch, None, "enosys"), (load, 0, None, None)]
     program.append((jge, 0x40000000, "enosys", None))  # the x32 ABI of x86-64 (no arm64 call is this high)
     program += [(jeq, nr, "eperm", None) for nr in refused]
     program += [(jeq, clone3_nr, "enosys", None), (jeq, socket_nr, "socket", None), (jeq, clone_nr, "clone", None)]
-    program += [(ret, 0x7FFF0000, None, None), "socket", (load, 16, None, None), (jeq, 1, "eperm", "allow")]
+    program += [(jeq, pair_nr, "pair", None), (ret, 0x7FFF0000, None, None)]
+    program += ["socket", (load, 16, None, None), (jeq, 1, "eperm", "allow")]
+    # a datagram pair could sendto() any socket path: only stream and seqpacket pairs (type & 0xf: 1 and 5)
+    program += ["pair", (load, 24, None, None), (0x54, 0xF, None, None), (jeq, 2, "eperm", "allow")]
     program += ["clone", (load, 16, None, None), (jset, NAMESPACE_BITS, "eperm", "allow")]
     program += ["allow", (ret, 0x7FFF0000, None, None), "eperm", (ret, 0x00050000 | 1, None, None)]
     program += ["enosys", (ret, 0x00050000 | 38, None, None)]
