@@ -291,52 +291,52 @@ def test_isolation_report_names_what_the_platform_allows(pool):
     assert report.startswith("sandbox: ") and ("unprivileged uid" in report) == ROOT
 
 
+FILTER_PROBE = """
+import ctypes, os, platform, socket
+libc = ctypes.CDLL(None, use_errno=True)
+numbers = {"x86_64": (250, 101, 310, 425, 272, 165), "aarch64": (219, 117, 270, 425, 97, 40)}
+keyctl, ptrace, vm_read, uring, unshare, mount = numbers[platform.machine()]
+calls = {
+    "keyctl": (keyctl, 0, -3, 0),
+    "ptrace": (ptrace, 16, os.getppid(), 0),
+    "process_vm_readv": (vm_read, os.getppid(), 0, 0),
+    "io_uring_setup": (uring, 1, 0, 0),
+    "unshare": (unshare, 0x10000000, 0, 0),
+    "mount": (mount, 0, 0, 0),
+}
+for name, (number, *args) in calls.items():
+    got = libc.syscall(number, *[ctypes.c_long(a) for a in args], ctypes.c_long(0))
+    print(name, got, os.strerror(ctypes.get_errno()) if got < 0 else "allowed")
+try:
+    socket.socket(socket.AF_UNIX)
+    print("af_unix allowed")
+except OSError as err:
+    print("af_unix", err.strerror)
+a, b = socket.socketpair()
+a.sendall(b"pair")
+print("socketpair", b.recv(4).decode())
+try:
+    socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    print("dgram_pair allowed")
+except OSError as err:
+    print("dgram_pair", err.strerror)
+pid = os.fork()
+if pid == 0:
+    os._exit(0)
+print("fork", os.waitpid(pid, 0)[1])
+import threading
+thread = threading.Thread(target=print, args=("thread", "started"), kwargs={"flush": True})
+thread.start()
+thread.join()
+"""
+
+
 def test_the_syscall_filter_refuses_what_it_says(pool):
     if pool.network is None:
         pool.run(Job("pass"))
     if not pool.facts["seccomp"]:
         pytest.skip("no seccomp filter for this architecture (isolation_report says so)")
-    result = run(
-        pool,
-        """
-        import ctypes, os, platform, socket
-        libc = ctypes.CDLL(None, use_errno=True)
-        numbers = {"x86_64": (250, 101, 310, 425, 272, 165), "aarch64": (219, 117, 270, 425, 97, 40)}
-        keyctl, ptrace, vm_read, uring, unshare, mount = numbers[platform.machine()]
-        calls = {
-            "keyctl": (keyctl, 0, -3, 0),
-            "ptrace": (ptrace, 16, os.getppid(), 0),
-            "process_vm_readv": (vm_read, os.getppid(), 0, 0),
-            "io_uring_setup": (uring, 1, 0, 0),
-            "unshare": (unshare, 0x10000000, 0, 0),
-            "mount": (mount, 0, 0, 0),
-        }
-        for name, (number, *args) in calls.items():
-            got = libc.syscall(number, *[ctypes.c_long(a) for a in args], ctypes.c_long(0))
-            print(name, got, os.strerror(ctypes.get_errno()) if got < 0 else "allowed")
-        try:
-            socket.socket(socket.AF_UNIX)
-            print("af_unix allowed")
-        except OSError as err:
-            print("af_unix", err.strerror)
-        a, b = socket.socketpair()
-        a.sendall(b"pair")
-        print("socketpair", b.recv(4).decode())
-        try:
-            socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
-            print("dgram_pair allowed")
-        except OSError as err:
-            print("dgram_pair", err.strerror)
-        pid = os.fork()
-        if pid == 0:
-            os._exit(0)
-        print("fork", os.waitpid(pid, 0)[1])
-        import threading
-        thread = threading.Thread(target=print, args=("thread", "started"), kwargs={"flush": True})
-        thread.start()
-        thread.join()
-        """,
-    )
+    result = run(pool, FILTER_PROBE)
     assert result.reason == "ok", result.stderr
     lines = dict(line.split(" ", 1) for line in result.stdout.splitlines())
     for name in ("keyctl", "ptrace", "process_vm_readv", "io_uring_setup", "unshare", "mount"):
