@@ -1,7 +1,8 @@
 """Sandbox throughput and per-run overhead: trivial programs per second, one at a time and on the pool.
 
 Run: ``python benchmarks/sandbox.py [--runs 400]``. The trivial program is ``pass``; its cost is all overhead:
-fork of the worker, limits, uid drop, temporary directory, pipes, reaping and the JSON round trip to the parent.
+fork of the worker, limits, a new IPC namespace, the uid drop (root) or capability drop (user namespace), a fresh
+session keyring, the seccomp filter, temporary directory, pipes, reaping and the JSON round trip to the parent.
 
 - overhead per run: mean wall time of one ``pool.run`` from the parent (one run at a time, warm worker), and
   the part the worker measures from fork to exit;

@@ -113,7 +113,8 @@ def test_synthetic_tiers_formats_and_disjoint_splits():
 
 
 def test_options_are_checked():
-    for bad in ({"source": "web"}, {"num_tests": 0}, {"timeout_s": 0}, {"difficulty": "expert"}, {"subset": "x"}):
+    bad_options = ({"source": "web"}, {"num_tests": 0}, {"timeout_s": 0}, {"difficulty": "expert"}, {"subset": "x"})
+    for bad in (*bad_options, {"require_isolation": "yes"}):
         with pytest.raises(ValueError):
             make("deepcoder", **bad)
     with pytest.raises(ValueError, match="evaluation set"):

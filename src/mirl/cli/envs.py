@@ -106,9 +106,10 @@ def run_envs(args: argparse.Namespace) -> int:
         for setting, doc in settings:
             print(f"    {setting:<{column}}  {doc}".rstrip())
     if "deepcoder" in names:  # what the code sandbox can guarantee on this machine
+        from mirl.envs.code.deepcoder import SANDBOX_MODES
         from mirl.envs.code.sandbox import isolation_report
 
-        print(f"\n{isolation_report()}")
+        print(f"\n{isolation_report()}\n{SANDBOX_MODES}")
     return 0
 
 

@@ -51,6 +51,16 @@ def iteration_seed(config: Config, iteration: int) -> int:
     return config.trainer.seed * 1_000_003 + iteration
 
 
+def _preflight_envs(config: Config) -> None:
+    """Env checks that need the machine (the code sandbox's isolation), before a run directory or a model."""
+    from mirl.envs import registry
+
+    for entry in config.envs:
+        preflight = getattr(registry.get(entry.name), "preflight", None)
+        if preflight is not None:
+            preflight(dict(entry.options))
+
+
 def train(
     config: Config, *, policy=None, run_dir: str | Path | None = None, resume: bool = False, console=None
 ) -> RunResult:
@@ -62,6 +72,7 @@ def train(
     from mirl.config_checks import validate
 
     validate(config)
+    _preflight_envs(config)
     run_dir = Path(run_dir) if run_dir is not None else run_directory(config)
     prepare(run_dir, config, resume)
     policy = policy if policy is not None else load_policy(config)

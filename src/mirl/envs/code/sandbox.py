@@ -12,18 +12,17 @@ A :class:`Job` is one program with its stdin, or one function call (``call``: a 
 (stdout/stderr over the cap, the file-size limit, or the scratch space full), ``crashed`` (non-zero exit, an
 uncaught exception, a fatal signal), ``killed`` (SIGKILL the sandbox did not send, or the worker died).
 
-How a run is isolated (details in :mod:`mirl.envs.code.sandbox_worker`): a fresh process per run in its own session;
-SIGKILL to everything it started when it ends, times out or floods its output (nothing it forks outlives it, and
-its zombies are reaped); resource limits set in the child before the program starts; a fresh temporary directory
-that is removed afterwards; an environment with nothing from the parent's; Python isolated and without
-site-packages (``-I -S``), so ``import mirl`` or ``import torch`` fails; a new network namespace when permitted
-(otherwise logged once and shown by ``mirl envs``); as root, a drop to an unprivileged uid/gid of its own per
-worker (claimed through an abstract-socket lock, so two processes on one machine never share one), and a private
-mount namespace in which every mount is read-only, /tmp, /var/tmp and /dev/shm are small fresh tmpfs emptied
-after each run (nothing a program writes outlives it; a full scratch space stops it with ``output_limit``), and
-non-system top-level directories (projects, data sets, caches), site-packages and mirl are hidden.
-Without root the program runs as the calling user: it cannot be given another uid, so it can write wherever that
-user can, and files it leaves in /tmp stay (both said by :func:`isolation_report`).
+How a run is isolated (details in :mod:`mirl.envs.code.sandbox_worker` and ``sandbox_jail``): a fresh process per
+run in its own session, SIGKILL to everything it started when it ends, times out or floods its output; resource
+limits; a fresh temporary directory; an empty environment; Python without site-packages (``-I -S``). As root:
+an unprivileged uid per worker, new network, PID and mount namespaces per worker (the trainer invisible; every
+mount read-only; fresh scratch tmpfs wiped after each run; projects, host sockets, site-packages and mirl hidden;
+the standard library readable) and a new IPC namespace per run. Without root, where unprivileged user namespaces
+exist, the same namespaces inside a new user namespace (the program keeps the caller's uid but no capability).
+Every run gets a fresh session keyring and a seccomp filter (no AF_UNIX socket, keyring call, ptrace or
+cross-process memory access, io_uring, mount or new namespace). The trainer is made non-dumpable when a pool
+starts, workers die with it (``PR_SET_PDEATHSIG``) and programs with their worker. :func:`missing_guarantees`
+lists what the platform did not grant; :func:`isolation_report` states it all (``mirl envs deepcoder``).
 
 Judging happens here, never in the child: the parent keeps the expected outputs, and outputs are compared as
 text with normalised whitespace (:func:`text_matches`) or as parsed JSON values (:func:`values_match`). Nothing
@@ -35,6 +34,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import json
 import logging
 import math
@@ -56,6 +56,7 @@ from mirl.envs.code.sandbox_worker import RESULT_MARKER
 REASONS = ("ok", "timeout", "memory", "output_limit", "crashed", "killed")
 UID_BASE, UID_RANGE = 1_900_000, 4096  # sandbox uids: far above login users and the usual subuid ranges
 _WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_worker.py")
+PR_SET_DUMPABLE = 4
 _GRACE_S = 5.0  # the parent's own deadline is the run's timeout plus this
 _log = logging.getLogger(__name__)
 
@@ -124,7 +125,7 @@ class RunResult:
             if line.startswith(RESULT_MARKER):
                 try:
                     return True, json.loads(line[len(RESULT_MARKER) :])
-                except json.JSONDecodeError:
+                except (ValueError, RecursionError):  # not JSON, an int past the digit limit, nested too deep
                     return False, None
         return False, None
 
@@ -169,13 +170,42 @@ def _claim_uid() -> tuple[int, socket.socket]:
     raise RuntimeError(f"all {UID_RANGE} sandbox uids from {UID_BASE} are held; close other sandbox pools")
 
 
+def _serve_spawns(requests: queue.SimpleQueue) -> None:
+    while True:
+        args, kwargs, reply = requests.get()
+        try:
+            reply.put((True, subprocess.Popen(*args, **kwargs)))
+        except BaseException as err:
+            reply.put((False, err))
+
+
+_spawners: dict[int, queue.SimpleQueue] = {}  # pid -> requests of its spawner thread
+_spawn_lock = threading.Lock()
+
+
+def _spawn(*args: Any, **kwargs: Any) -> subprocess.Popen:
+    """``Popen`` from one long-lived thread per process: a worker's death signal fires when the thread that
+    started it ends, so a worker started by a short-lived rollout thread would otherwise die with that thread."""
+    with _spawn_lock:
+        requests = _spawners.get(os.getpid())
+        if requests is None:
+            requests = _spawners[os.getpid()] = queue.SimpleQueue()
+            threading.Thread(target=_serve_spawns, args=(requests,), name="mirl-sandbox-spawner", daemon=True).start()
+    reply: queue.SimpleQueue = queue.SimpleQueue()
+    requests.put((args, kwargs, reply))
+    ok, value = reply.get()
+    if not ok:
+        raise value
+    return value
+
+
 class _Worker:
     """One worker process (one run at a time) and, as root, the uid its programs run as."""
 
     def __init__(self, isolate_network: bool) -> None:
         self.uid, self._lock = _claim_uid() if os.geteuid() == 0 else (None, None)
-        config = {"uid": self.uid, "gid": self.uid, "isolate_network": isolate_network}
-        self.process = subprocess.Popen(
+        config = {"uid": self.uid, "gid": self.uid, "isolate_network": isolate_network, "owner": os.getpid()}
+        self.process = _spawn(
             [sys.executable, "-I", "-S", _WORKER, json.dumps(config)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -240,22 +270,37 @@ class SandboxPool:
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mirl-sandbox")
         self._started: list[_Worker] = []
         self._lock = threading.Lock()
-        self.network: str | None = None  # "isolated" / "shared", known once a worker has started
-        self.network_detail = ""
-        self.files: str | None = None  # "private" / "shared" (see the module docstring), known with network
-        self.files_detail = ""
+        self.facts: dict | None = None  # what the platform granted (see sandbox_jail), known once a worker started
+        # a program running as this user cannot read this process's memory (/proc/PID/mem, ptrace) nor environment
+        if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
+
+    @property
+    def network(self) -> str | None:
+        return None if self.facts is None else ("isolated" if self.facts["net"] else "shared")
+
+    @property
+    def network_detail(self) -> str:
+        if self.facts is None or self.facts["net"]:
+            return "new network namespace"
+        return self.facts["errors"].get("net", "network isolation off (isolate_network=False)")
+
+    @property
+    def files(self) -> str | None:
+        return None if self.facts is None else ("private" if self.facts["mount"] else "shared")
+
+    @property
+    def files_detail(self) -> str:
+        return "" if self.facts is None else self.facts["files_detail"]
 
     def _start(self) -> _Worker:
         worker = _Worker(self.isolate_network)
         with self._lock:
             self._started.append(worker)
-            if self.network is None:
-                self.network, self.network_detail = worker.hello["network"], worker.hello["detail"]
-                self.files, self.files_detail = worker.hello["files"], worker.hello["files_detail"]
-                if self.network != "isolated":
-                    _log.warning("sandboxed programs can reach the network: %s", self.network_detail)
-                if self.files != "private":
-                    _log.warning("sandboxed programs share the file system: %s", self.files_detail)
+            if self.facts is None:
+                self.facts = worker.hello["facts"]
+                for missing in missing_guarantees(self):
+                    _log.info("sandbox guarantee missing on this machine: %s", missing)
         return worker
 
     def run(self, job: Job, limits: Limits | None = None) -> RunResult:
@@ -300,16 +345,55 @@ def shared_pool() -> SandboxPool:
         return pool
 
 
-def isolation_report(pool: SandboxPool | None = None) -> str:
-    """One line on what the platform allows: network, uid drop, file system (starts a worker if none has)."""
-    pool = pool or shared_pool()
-    if pool.network is None:
+def _ensure_started(pool: SandboxPool) -> dict:
+    if pool.facts is None:
         pool.run(Job("pass"))
-    user = "an unprivileged uid per worker" if os.geteuid() == 0 else "the calling user (not root: no uid drop)"
-    network = "no network (new namespace)"
-    if pool.network != "isolated":
-        network = f"NETWORK REACHABLE ({pool.network_detail})"
-    files = "private read-only file system with scratch tmpfs wiped after each run"
-    if pool.files != "private":
-        files = f"SHARED FILE SYSTEM ({pool.files_detail})"
-    return f"sandbox: {network}; programs run as {user}; {files}"
+    return pool.facts
+
+
+def missing_guarantees(pool: SandboxPool | None = None) -> list[str]:
+    """The isolation guarantees this machine does not give, one sentence each (empty: all of them hold)."""
+    pool = pool or shared_pool()
+    facts, missing = _ensure_started(pool), []
+    if not facts["net"]:
+        missing.append(f"network: programs can reach the network ({pool.network_detail})")
+    if not facts["pid"] and facts["user"] != "uid":
+        missing.append(
+            "trainer: programs run as the calling user next to the trainer and can see and signal its processes "
+            f"(no user namespace: {facts['errors'].get('user') or facts['errors'].get('pid')}); its memory stays "
+            "unreadable only because it is non-dumpable and ptrace is refused"
+        )
+    if not facts["mount"]:
+        missing.append("files: programs share the file system: they can read what this user can and leave files")
+    if not facts["ipc"]:
+        missing.append("ipc: SysV and POSIX IPC objects are shared with the host and outlive a run")
+    if not facts["seccomp"]:
+        missing.append("syscall filter: none on this architecture (AF_UNIX sockets, keyrings and ptrace allowed)")
+    return missing
+
+
+def isolation_report(pool: SandboxPool | None = None) -> str:
+    """What each sandboxed run gets on this machine, one guarantee per clause (starts a worker if none has)."""
+    pool = pool or shared_pool()
+    facts = _ensure_started(pool)
+    user = {
+        "uid": "an unprivileged uid of its own per worker",
+        "namespace": "the calling user in a new user namespace, without capabilities",
+        "caller": "the calling user (not root, no user namespace: no uid drop)",
+    }[facts["user"]]
+    clauses = ["no network (new namespace)" if facts["net"] else f"NETWORK REACHABLE ({pool.network_detail})"]
+    clauses.append(f"programs run as {user}")
+    if facts["pid"]:
+        clauses.append("new PID namespace: the trainer and other workers are invisible, no ptrace, no signals")
+    if facts["mount"]:
+        clauses.append("private read-only file system with scratch tmpfs wiped after each run, host sockets hidden")
+    else:
+        clauses.append(f"SHARED FILE SYSTEM ({pool.files_detail})")
+    clauses.append("fresh IPC namespace per run" if facts["ipc"] else "SHARED SYSV/POSIX IPC")
+    clauses.append("fresh empty session keyring per run")
+    if facts["seccomp"]:
+        clauses.append("AF_UNIX sockets, keyrings, ptrace, io_uring, mounts and new namespaces refused (seccomp)")
+    clauses.append("trainer non-dumpable; workers and programs die with it")
+    missing = missing_guarantees(pool)
+    tail = f"; MISSING: {' | '.join(missing)}" if missing else ""
+    return f"sandbox: {'; '.join(clauses)}{tail}"

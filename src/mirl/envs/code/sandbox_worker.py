@@ -1,37 +1,40 @@
 """The sandbox worker: a long-lived process that forks one child per request and runs untrusted Python in it.
 
 Started by :mod:`mirl.envs.code.sandbox` as ``python -I -S sandbox_worker.py CONFIG`` (isolated, no site-packages, an
-empty environment, its own session). It imports the standard library only, never mirl.
+empty environment, its own session). It imports the standard library only, never mirl; namespaces, mounts and the
+syscall filter live in :mod:`sandbox_jail` next to it.
 
-Why a long-lived worker. The interpreter of this machine may live under a directory only root can read, so a
-process that drops to an unprivileged uid before it starts Python cannot start it. The worker starts as the
-caller (root or not), imports the modules a program may need, and forks; the child drops its privileges and runs
-the program in the already-loaded interpreter. A fork also costs less than starting Python (both are measured
-by ``benchmarks/sandbox.py``).
+Why a long-lived worker. The worker starts as the caller (root or not), imports the modules a program may need,
+and forks; the child drops its privileges and runs the program in the already-loaded interpreter. A fork costs
+less than starting Python (both are measured by ``benchmarks/sandbox.py``).
 
-Setup, once: the worker makes itself a child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``), so every orphan of a
-program is re-parented to it and reaped here (this machine's PID 1 does not reap), and, when permitted, moves into
-a new network namespace (``unshare(CLONE_NEWNET)``: only a loopback that is down, so no connection reaches
-anything), and, as root when permitted, into a private mount namespace (``unshare(CLONE_NEWNS)``) in which
-every mount is made read-only (``mount_setattr``, recursive) and /tmp, /var/tmp and /dev/shm get small fresh
-tmpfs mounts, emptied after every run; an empty read-only tmpfs hides every top-level directory that is not a
-system one (``/work``, ``/home``, ``/opt``, ...: projects, data sets, caches) and the site-packages and mirl
-trees, so a program cannot read training data, evaluation sets or the trainer's code (a directory holding the
-standard library stays visible). Its first output line reports what it got.
+Setup, once: a SIGKILL armed for when the trainer dies (``PR_SET_PDEATHSIG``); as root, new network, IPC, mount
+and PID namespaces; without root, a new user namespace first (the caller's uid mapped to itself), which permits
+the same. With a PID namespace the worker forks its serving process as PID 1 of it: the trainer and the other
+workers have no pid there, a fresh /proc shows only the namespace, and when PID 1 ends (the worker closed, or its
+outer process killed with the trainer) the kernel kills every program in it. With a mount namespace, the view of
+:func:`sandbox_jail.private_files`: everything read-only, fresh capped tmpfs on /tmp, /var/tmp and /dev/shm
+(emptied after every run), empty tmpfs over projects, homes, host socket directories, site-packages and mirl,
+and the standard library bound back in where the sandbox uid could not reach it. The serving process is made
+non-dumpable and a child subreaper (orphans of a program are re-parented to it and reaped here). Its first output
+line reports what it got.
 
 Per request (one JSON line in, one JSON line out): a fresh temporary directory owned by the sandbox uid; the
 child calls ``setsid`` (own session and process group), takes stdin from a memory file and stdout/stderr from
 pipes, closes every other descriptor, sets the resource limits (CPU seconds, address space, file size, processes,
-open files, no core dumps), drops to the sandbox uid/gid when running as root, sets ``no_new_privs``, replaces the
-environment, then runs the program. The worker reads the pipes as they fill, stops at the output caps and at the
-wall-clock deadline, then SIGKILLs everything the program left: as root, a helper that takes the sandbox uid and
-calls ``kill(-1, SIGKILL)`` (every process of that uid; the parent gives each worker its own uid), and in every
-mode each remaining child of the worker and its process group, until nothing is left to reap.
+open files, no core dumps), then :func:`sandbox_jail.confine` (a fresh IPC namespace, the uid drop as root or no
+capabilities in the user namespace, a fresh session keyring, ``no_new_privs``, death with the worker, the seccomp
+filter), replaces the environment and runs the program. The worker reads the pipes as they fill, stops at the
+output caps and at the wall-clock deadline, then SIGKILLs everything the program left: as PID 1,
+``kill(-1, SIGKILL)``; otherwise, as root, a helper that takes the sandbox uid and calls ``kill(-1, SIGKILL)``,
+and each remaining child of the worker and its process group, until nothing is left to reap. The protocol pipe
+is watched during a run: when it closes (the trainer is gone) the worker kills everything and exits.
 """
 
 import builtins
 import contextlib
 import ctypes
+import importlib.util
 import json
 import os
 import resource
@@ -39,12 +42,11 @@ import select
 import shutil
 import signal
 import sys
-import sysconfig
 import tempfile
 import time
 import traceback
 
-# modules a program may import: loaded here because the dropped uid may not be able to read the standard library
+# modules a program may import: loaded here once so that each forked run finds them ready
 PRELOAD = (
     "array bisect calendar cmath collections collections.abc copy dataclasses datetime decimal encodings.idna enum "
     "fractions functools hashlib heapq io itertools math numbers operator queue random re socket statistics string "
@@ -53,105 +55,77 @@ PRELOAD = (
 RESULT_MARKER = "\x1emirl-result "  # prefix of the function-call harness's result line
 EXIT_MEMORY, EXIT_FILE_SIZE = 120, 121  # labels only: a program may exit with any code
 CHILD_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0"}
-PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS, CLONE_NEWNET, CLONE_NEWNS = 36, 38, 0x40000000, 0x00020000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 0x1, 0x2, 0x4, 0x8, 0x4000, 0x40000
-SYSTEM_DIRS = {"bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "run", "sbin", "sys", "tmp"}
-SYSTEM_DIRS |= {"usr", "var"}  # top-level dirs left visible; the others (projects, homes, data) are hidden
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 1, 4, 36
 PACKAGE_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))  # holds mirl (src/)
-SYS_MOUNT_SETATTR, AT_RECURSIVE, MOUNT_ATTR_RDONLY = 442, 0x8000, 0x1  # x86-64 and arm64 share the number
-SCRATCH = {"/tmp": 64, "/var/tmp": 16, "/dev/shm": 16}  # world-writable dirs -> MB of the private tmpfs on each
 LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def _load_jail():
+    """The sibling module :mod:`sandbox_jail`, loaded by path (``-I`` puts no script directory on sys.path)."""
+    spec = importlib.util.spec_from_file_location(
+        "sandbox_jail", os.path.join(os.path.dirname(__file__), "sandbox_jail.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+jail = _load_jail() if __name__ == "__main__" else None
 
 
 def _exit(code=None):
     raise SystemExit(code)
 
 
+def _die_with(parent_gone):
+    """Arm SIGKILL for when the parent goes; exit now if ``parent_gone()`` says it already went."""
+    if LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if parent_gone():
+        os._exit(1)
+
+
+def _init_process():
+    """Fork the process that serves requests as PID 1 of the new PID namespace; this one waits for it and exits.
+
+    Everything in a PID namespace is killed when its PID 1 ends, so the programs die with the worker.
+    """
+    gone_r, gone_w = os.pipe()  # EOF on gone_r: this outer process is gone
+    pid = os.fork()
+    if pid == 0:
+        os.close(gone_w)
+        _die_with(lambda: bool(select.select([gone_r], [], [], 0)[0]))
+        os.close(gone_r)
+        return
+    os.close(gone_r)
+    for fd in (0, 1):  # the protocol pipes belong to the init process alone
+        os.close(fd)
+    _, status = os.waitpid(pid, 0)
+    os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+
+
 def _setup(config):
-    """Preloads, ``exit``, subreaper and network namespace; returns the hello record."""
+    """Preloads, ``exit``, namespaces, init process, file system view; returns the hello record."""
     for name in PRELOAD.split():
         __import__(name)
     builtins.exit = builtins.quit = _exit  # -S leaves them undefined; programs often call exit()
+    _die_with(lambda: os.getppid() != config["owner"])
+    facts = jail.enter_namespaces(config)
+    if facts["pid"]:
+        _init_process()
     if LIBC.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
-    network = "shared"
-    detail = "network isolation off (isolate_network=False)"
-    if config["isolate_network"]:
-        if LIBC.unshare(CLONE_NEWNET) == 0:
-            network, detail = "isolated", "new network namespace"
-        else:
-            detail = f"unshare(CLONE_NEWNET) not permitted: {os.strerror(ctypes.get_errno())}"
-    files, files_detail = _private_files(config)
-    return {
-        "ready": True,
-        "network": network,
-        "detail": detail,
-        "files": files,
-        "files_detail": files_detail,
-        "uid": config["uid"],
-        "pid": os.getpid(),
-    }
-
-
-class _MountAttr(ctypes.Structure):
-    _fields_ = [("set", ctypes.c_uint64), ("clr", ctypes.c_uint64), ("propagation", ctypes.c_uint64)]
-    _fields_ += [("userns_fd", ctypes.c_uint64)]
-
-
-def _private_files(config):
-    """As root, a private mount namespace: every mount read-only, a fresh capped tmpfs on each scratch dir.
-
-    Programs (and the worker) can then write only into the scratch tmpfs, which :func:`_wipe_scratch` empties
-    after every run, so nothing a program writes outlives it or fills the disk. ``("private", detail)``, or
-    ``("shared", why)`` where the platform does not permit it (programs may then leave files in /tmp).
-    """
-    if config["uid"] is None:
-        return "shared", "not root: no private mount namespace, programs may leave files in /tmp"
-    if LIBC.unshare(CLONE_NEWNS) != 0:
-        return "shared", f"unshare(CLONE_NEWNS) not permitted: {os.strerror(ctypes.get_errno())}"
-    if LIBC.mount(b"none", b"/", None, ctypes.c_ulong(MS_REC | MS_PRIVATE), None) != 0:
-        raise OSError(ctypes.get_errno(), "mount(/, MS_REC | MS_PRIVATE) failed")
-    attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
-    flags = (ctypes.c_long(SYS_MOUNT_SETATTR), ctypes.c_int(-100), b"/", ctypes.c_uint(AT_RECURSIVE))
-    read_only = LIBC.syscall(*flags, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr))) == 0
-    for path, megabytes in SCRATCH.items():
-        if os.path.isdir(path):
-            options = f"size={megabytes}m,mode=1777".encode()
-            if LIBC.mount(b"tmpfs", path.encode(), b"tmpfs", ctypes.c_ulong(MS_NOSUID | MS_NODEV), options) != 0:
-                raise OSError(ctypes.get_errno(), f"mount(tmpfs, {path}) failed")
-    hidden = _hidden_dirs()
-    for path in hidden:  # an empty read-only tmpfs over each
-        flags = ctypes.c_ulong(MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        if LIBC.mount(b"tmpfs", path.encode(), b"tmpfs", flags, b"size=4k,mode=0755") != 0:
-            raise OSError(ctypes.get_errno(), f"mount(tmpfs, {path}) failed")
-    scratch = ", ".join(f"{path} {mb} MB" for path, mb in SCRATCH.items())
-    rest = "everything else read-only" if read_only else "the rest writable where the sandbox uid may write"
-    return "private", f"private tmpfs ({scratch}), {rest}, hidden: {' '.join(hidden) or 'nothing'}"
-
-
-def _hidden_dirs():
-    """Directories to hide from programs: top-level non-system dirs and the site-packages and mirl trees.
-
-    A directory holding the standard library stays (programs import from it); the packages inside it are
-    hidden one by one instead.
-    """
-    stdlib = os.path.realpath(sysconfig.get_path("stdlib")) + "/"
-    targets = []
-    for name in sorted(os.listdir("/")):
-        path = os.path.join("/", name)
-        visible = name in SYSTEM_DIRS or not os.path.isdir(path) or os.path.islink(path)
-        if not visible and not stdlib.startswith(path + "/"):
-            targets.append(path)
-    for path in (sysconfig.get_path("purelib"), sysconfig.get_path("platlib"), PACKAGE_ROOT):
-        path = os.path.realpath(path) if path else ""
-        if os.path.isdir(path) and path != "/" and not any((path + "/").startswith(t + "/") for t in targets):
-            targets.append(path)
-    return targets
+    files_detail = "no private mount namespace: " + facts["errors"].get("mount", "")
+    if facts["mount"]:
+        files_detail = jail.private_files(PACKAGE_ROOT, facts["pid"])
+    LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # a program of the same uid cannot read this process's memory
+    facts["files_detail"] = files_detail
+    return {"ready": True, "facts": facts, "uid": config["uid"], "pid": os.getpid()}
 
 
 def _wipe_scratch(config):
     """Empty the private scratch tmpfs after a run (only in a private mount namespace)."""
-    for path in SCRATCH:
+    for path in jail.SCRATCH:
         with contextlib.suppress(OSError):
             for entry in os.scandir(path):
                 if entry.is_dir(follow_symlinks=False):
@@ -221,7 +195,7 @@ def _execute(request):
         return 1
 
 
-def _child(request, config, workdir, fds):
+def _child(request, config, workdir, fds, parent):
     """Never returns: set the child up, run the program, ``_exit`` with its code."""
     code = 126
     try:
@@ -231,11 +205,7 @@ def _child(request, config, workdir, fds):
         os.closerange(3, 1 << 16)
         os.chdir(workdir)
         _limit(request["limits"])
-        if config["uid"] is not None:
-            os.setgroups([])
-            os.setresgid(config["gid"], config["gid"], config["gid"])
-            os.setresuid(config["uid"], config["uid"], config["uid"])
-        LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        jail.confine(config, config["facts"], parent, int(request["limits"]["memory_mb"]))
         os.environ.clear()
         os.environ.update(CHILD_ENV)
         os.umask(0o077)
@@ -263,6 +233,10 @@ def _children():
 
 
 def _kill_everything(config):
+    if config["facts"]["pid"]:  # PID 1 of its namespace: kill(-1) reaches every other process in it
+        with contextlib.suppress(OSError):
+            os.kill(-1, signal.SIGKILL)
+        return
     if config["uid"] is not None:  # a helper with the sandbox uid signals every process of that uid
         helper = os.fork()
         if helper == 0:
@@ -291,12 +265,16 @@ def _reap_all(config):
         time.sleep(0.0005)
 
 
+class OwnerGone(Exception):
+    """The parent closed the protocol pipe (it exited or was killed) while a program ran."""
+
+
 def _read_until(pid, pidfd, pipes, limits, start):
     """Read the pipes while the child runs; ``(buffers, stop)`` with stop None, "timeout" or "output_limit"."""
     caps = {pipes[0]: int(limits["stdout_bytes"]), pipes[1]: int(limits["stderr_bytes"])}
     buffers = {fd: bytearray() for fd in pipes}
     poller = select.poll()
-    for fd in (*pipes, pidfd):
+    for fd in (*pipes, pidfd, 0):  # 0: the protocol pipe, silent during a run unless the owner is gone
         poller.register(fd, select.POLLIN | select.POLLHUP)
     deadline = start + float(limits["timeout_s"])
     open_pipes = set(pipes)
@@ -306,6 +284,8 @@ def _read_until(pid, pidfd, pipes, limits, start):
             return buffers, "timeout"
         exited = False
         for fd, _ in poller.poll(remaining * 1000):
+            if fd == 0:
+                raise OwnerGone
             if fd == pidfd:
                 exited = True
                 poller.unregister(pidfd)
@@ -367,9 +347,10 @@ def run(request, config):
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     start = time.monotonic()
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:
-        _child(request, config, workdir, (stdin_fd, out_w, err_w))
+        _child(request, config, workdir, (stdin_fd, out_w, err_w), parent)
     for fd in (stdin_fd, out_w, err_w):
         os.close(fd)
     pidfd = os.pidfd_open(pid)
@@ -385,7 +366,7 @@ def run(request, config):
         for fd in (out_r, err_r, pidfd):
             os.close(fd)
         shutil.rmtree(workdir, ignore_errors=True)
-        if config.get("files") == "private":
+        if config["facts"]["mount"]:
             _wipe_scratch(config)
     return {
         "stdout": buffers[out_r].decode("utf-8", "replace"),
@@ -402,16 +383,19 @@ def main():
     config = json.loads(sys.argv[1])
     protocol_in, protocol_out = sys.stdin.buffer, sys.stdout.buffer
     hello = _setup(config)
-    config["files"] = hello["files"]
+    config["facts"] = hello["facts"]
     protocol_out.write((json.dumps(hello) + "\n").encode())
     protocol_out.flush()
     for line in protocol_in:
         try:
             reply = run(json.loads(line), config)
+        except OwnerGone:
+            break
         except Exception as err:  # a worker-side failure is reported, never a crash of the pool
             reply = {"error": f"{type(err).__name__}: {err}"}
         protocol_out.write((json.dumps(reply) + "\n").encode())
         protocol_out.flush()
+    _reap_all(config)  # the owner closed the pipe: nothing this worker started may outlive it
 
 
 if __name__ == "__main__":
