@@ -21,20 +21,6 @@ HAS_VERL = importlib.util.find_spec("verl") is not None
 needs_verl = pytest.mark.skipif(not HAS_VERL, reason="needs veRL 0.9.1: run `bash scripts/test-verl.sh`")
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, tok):
-    """A local model directory veRL's HFModelConfig accepts: config.json (one-layer Qwen2) and the tiny tokenizer."""
-    from transformers import Qwen2Config
-
-    path = tmp_path_factory.mktemp("model")
-    Qwen2Config(
-        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=1, max_position_embeddings=8192, architectures=["Qwen2ForCausalLM"],
-    ).save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
-
-
 def test_every_paper_setting_is_shipped():
     names = {p.stem for p in SETTINGS}
     for env in ("sokoban", "frozenlake", "countdown", "metamathqa"):
