@@ -71,20 +71,54 @@ def test_bad_settings_are_one_line_user_errors(model_dir, capsys, overrides, mes
     assert err.startswith("mirl verl-config: ") and message in err and err.count("\n") == 1, err
 
 
+def run_python(code: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "VERL_USE_EXTERNAL_PLUGINS"}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+
+
 @needs_verl
-def test_import_verl_registers_mirl_in_a_fresh_process():
-    """Only ``import verl``: the verl.plugins entry point must bring in the agent loop and the trainer."""
+def test_import_verl_registers_mirl_when_verl_loads_its_registries():
+    """Only ``import verl`` (the entry point): mirl's agent loop and trainer are imported when veRL's registries are."""
     code = (
         "import sys, verl\n"
+        "print(sorted(m for m in sys.modules if m.startswith('mirl.integrations.verl.')))\n"
         "from verl.experimental.agent_loop.agent_loop import _agent_loop_registry\n"
-        "from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY\n"
-        "print(_agent_loop_registry['mirl']['_target_'], TRAINER_REGISTRY['mirl'].__name__,\n"
-        "      'mirl.integrations.verl.sampler' in sys.modules)\n"
+        "from verl.trainer.ppo.v1 import get_trainer_cls\n"
+        "print(_agent_loop_registry['mirl']['_target_'], get_trainer_cls('mirl').__name__)\n"
+        "print(type(sys.modules['verl.trainer.ppo.v1'].__loader__).__name__)\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "VERL_USE_EXTERNAL_PLUGINS"}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    done = run_python(code)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["mirl.integrations.verl.agent_loop.MirlAgentLoop", "MirlTrainer", "True"]
+    lazy, registered, loader = done.stdout.strip().splitlines()[-3:]
+    assert lazy == "['mirl.integrations.verl.plugin']"
+    assert registered.split() == ["mirl.integrations.verl.agent_loop.MirlAgentLoop", "MirlTrainer"]
+    assert loader == "SourceFileLoader"  # veRL's module keeps its own loader
+
+
+@needs_verl
+def test_a_plugin_that_cannot_import_is_a_visible_warning_naming_the_cause():
+    code = (
+        "import sys\n"
+        "sys.modules['mirl.integrations.verl.episode'] = None  # as if a dependency of the agent loop were broken\n"
+        "import verl\n"
+        "from verl.experimental.agent_loop.agent_loop import _agent_loop_registry\n"
+        "print('mirl' in _agent_loop_registry)\n"
+    )
+    done = run_python(code)
+    assert done.returncode == 0 and done.stdout.strip().splitlines()[-1] == "False", done.stderr[-2000:]
+    (line,) = [line for line in done.stderr.splitlines() if "mirl's veRL plugin" in line]
+    assert "RuntimeWarning" in line and "could not import mirl.integrations.verl.agent_loop" in line
+    assert "mirl.integrations.verl.episode" in line and 'pip install -e ".[verl]"' in line
+
+
+@needs_verl
+def test_the_sampler_names_load_through_verls_loader():
+    from verl.utils.import_utils import load_extern_type
+
+    from mirl.integrations.verl.plugin import SAMPLER
+    from mirl.integrations.verl.sampler import SNRFilterSampler
+
+    assert load_extern_type(SAMPLER["path"], SAMPLER["name"]) is SNRFilterSampler
 
 
 @pytest.mark.skipif(HAS_VERL, reason="checks the install hint where veRL is absent")
