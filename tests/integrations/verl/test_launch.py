@@ -71,6 +71,49 @@ def test_bad_settings_are_one_line_user_errors(model_dir, capsys, overrides, mes
     assert err.startswith("mirl verl-config: ") and message in err and err.count("\n") == 1, err
 
 
+@needs_verl
+def test_the_local_model_directory_is_read(model_dir, tmp_path, capsys):
+    setting = str(ROOT / "configs/verl/sokoban-grpo-topp09.yaml")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "config.json").write_text("{not json")
+    for path, message in [(tmp_path / "missing", "does not exist"), (tmp_path / "empty", "has no config.json"),
+                          (tmp_path / "broken", "does not read as JSON")]:
+        assert main(["verl-config", setting, f"actor_rollout_ref.model.path={path}", "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("mirl verl-config: actor_rollout_ref.model.path=") and message in err, err
+        assert err.count("\n") == 1
+    assert main(["verl-config", setting, f"actor_rollout_ref.model.path={model_dir}", "--quiet"]) == 0
+    assert capsys.readouterr().err == ""  # a local model, one node: nothing left unchecked
+
+
+@needs_verl
+def test_what_cannot_be_checked_here_is_a_note(capsys):
+    setting = str(ROOT / "configs/verl/sokoban-grpo-topp09.yaml")  # Qwen/Qwen2.5-3B-Instruct, relative data paths
+    assert main(["verl-config", setting, "trainer.nnodes=2", "--quiet"]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("mirl verl-config: note: ")]
+    assert len(notes) == 3, notes
+    assert "Qwen/Qwen2.5-3B-Instruct is not a local directory: a hub id, not checked offline" in notes[0]
+    assert "data.train_files=['data/verl/sokoban/train.parquet'] is relative" in notes[1]
+    assert "data.val_files" in notes[2] and "trainer.nnodes=2" in notes[2]
+
+
+@needs_verl
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("trainer.v1.sampler.sampler_kwargs.filter={strategy:top_p,value:0.5}", "differs from mirl.filter"),
+        ("trainer.v1.sampler.sampler_kwargs.max_empty_steps=2", "differs from mirl.filter"),
+        ("~trainer.v1.sampler.sampler_kwargs.filter", "sampler_kwargs has no filter"),
+    ],
+)
+def test_the_sampler_must_filter_as_mirl_filter_says(model_dir, capsys, override, message):
+    setting = str(ROOT / "configs/verl/sokoban-grpo-topp09.yaml")
+    assert main(["verl-config", setting, f"actor_rollout_ref.model.path={model_dir}", override, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mirl verl-config: trainer.v1.sampler.sampler_kwargs") and message in err, err
+
+
 def run_python(code: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "VERL_USE_EXTERNAL_PLUGINS"}
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
