@@ -43,7 +43,7 @@ def test_actor_log_probs_round_trip_through_transfer_queue(transfer_queue, actor
 
 
 def bare_trainer(tmp_path, tok, workers, episodes, every=5):
-    """A MirlTrainer with only what its two hooks read (veRL's __init__ builds GPU workers)."""
+    """A MirlTrainer with only what its diagnostics hook reads (test_end_to_end.py builds one with veRL's __init__)."""
     config = OmegaConf.create({
         "data": {"train_batch_size": 3}, "trainer": {"default_local_dir": str(tmp_path)},
         "actor_rollout_ref": {"rollout": {"n": 2, "temperature": 1.0, "top_p": 1.0}},
