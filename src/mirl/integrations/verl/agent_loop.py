@@ -14,6 +14,13 @@ Sampling: temperature, top_p and top_k come from veRL (``actor_rollout_ref.rollo
 The output is one ``AgentLoopOutput`` per episode: ``response_mask`` 1 exactly on sampled tokens, the episode
 return as ``reward_score`` (so veRL's reward function is not called), and ``extra_fields["mirl"]`` with the
 success flag, the end reason and the per-turn layout the sampler turns into the native ``rollout/*`` metrics.
+
+The server's own ``extra_fields`` travel on as veRL's ``ToolAgentLoop`` passes them (:func:`merge_server_fields`):
+the first turn's fields whole (``global_steps``, ``min_global_steps``, ``num_cached_tokens``, ...), then each later
+turn's ``max_global_steps`` and the sums of the speculative-decoding counts. veRL's agent-loop worker copies
+``min_global_steps`` and ``max_global_steps`` into the row tags, and its trainer's ``_compute_metrics`` reads them
+as ints (the staleness metrics). Like veRL's loops, the output also carries ``turn_scores`` (here the per-turn env
+rewards) and an empty ``tool_rewards``, and ``metrics.num_preempted`` sums the server's preemption counts.
 """
 
 from __future__ import annotations
@@ -24,13 +31,14 @@ from typing import Any
 from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
+from verl.experimental.agent_loop.tool_agent_loop import SPEC_DECODE_EXTRA_KEYS
 
 from mirl.integrations.verl.episode import output_fields, play_episode, stop_token_ids, to_generation
+from mirl.integrations.verl.plugin import AGENT_NAME
 from mirl.integrations.verl.settings import read_settings
 from mirl.rollout.engine import STOP_STRINGS
 from mirl.types import EnvSpec
 
-AGENT_NAME = "mirl"
 KEEP_STOP = {"vllm": {"include_stop_str_in_output": True}, "sglang": {"no_stop_trim": True}}
 
 
@@ -43,6 +51,28 @@ def env_spec(kwargs: dict[str, Any]) -> EnvSpec:
         )
     options = kwargs["env_options"]
     return EnvSpec(str(kwargs["env_name"]), int(kwargs["env_seed"]), json.loads(options) if options else {})
+
+
+def merge_server_fields(merged: dict[str, Any], served: dict[str, Any]) -> None:
+    """Fold one turn's server ``extra_fields`` into the episode's, as veRL's ``ToolAgentLoop`` does.
+
+    The first turn's fields are taken whole; a later turn replaces ``max_global_steps`` (the newest weights the
+    episode was sampled with) and adds its speculative-decoding counts to those already present.
+
+    >>> merged = {}
+    >>> merge_server_fields(merged, {"global_steps": 3, "min_global_steps": 3, "max_global_steps": 3})
+    >>> merge_server_fields(merged, {"global_steps": 4, "min_global_steps": 4, "max_global_steps": 4})
+    >>> merged
+    {'global_steps': 3, 'min_global_steps': 3, 'max_global_steps': 4}
+    """
+    if not merged:
+        merged.update(served)
+        return
+    if served.get("max_global_steps") is not None:
+        merged["max_global_steps"] = served["max_global_steps"]
+    for key in SPEC_DECODE_EXTRA_KEYS:
+        if key in served and key in merged:
+            merged[key] = int(merged[key]) + int(served[key])
 
 
 @register(AGENT_NAME)
@@ -67,11 +97,16 @@ class MirlAgentLoop(AgentLoopBase):
         params = self.sampling_params(sampling_params)
         request_id = uuid4().hex
         rollout = self.settings.rollout
+        server_fields: dict[str, Any] = {}
+        preempted: list[int] = []
 
         async def generate(context_ids):
             served = await self.server_manager.generate(
                 request_id=request_id, prompt_ids=list(context_ids), sampling_params=params
             )
+            merge_server_fields(server_fields, dict(served.extra_fields or {}))
+            if served.num_preempted is not None:
+                preempted.append(int(served.num_preempted))
             return to_generation(served, self.tokenizer, self.stop_ids, rollout.max_new_tokens)
 
         started = time.perf_counter()
@@ -90,5 +125,12 @@ class MirlAgentLoop(AgentLoopBase):
                 f"actor_rollout_ref.rollout.prompt_length={self.rollout_config.prompt_length}; raise "
                 "data.max_prompt_length"
             )
-        metrics = AgentLoopMetrics(generate_sequences=time.perf_counter() - started)
+        fields["extra_fields"] = server_fields | {
+            "turn_scores": [turn.reward for turn in episode.turns],
+            "tool_rewards": [],
+            **fields["extra_fields"],
+        }
+        metrics = AgentLoopMetrics(
+            generate_sequences=time.perf_counter() - started, num_preempted=sum(preempted) if preempted else -1
+        )
         return AgentLoopOutput(metrics=metrics, **fields)

@@ -22,7 +22,7 @@ from pathlib import Path
 from mirl.config import EnvEntry
 from mirl.trainer.specs import MAX_PROMPTS_PER_ITERATION, _options, train_seed, validation_seed
 
-AGENT_NAME = "mirl"  # the agent loop's registered name (agent_loop.AGENT_NAME, without importing veRL)
+AGENT_NAME = "mirl"  # the agent loop's registered name (plugin.AGENT_NAME; importing the plugin installs its hook)
 FILES = {"train": "train.parquet", "validation": "val.parquet"}
 
 

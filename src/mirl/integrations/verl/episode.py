@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mirl.config import RolloutConfig
 from mirl.policy.hf import end_of_turn_ids, ends_with_stop
@@ -41,10 +41,12 @@ CONTEXT_LENGTH = "context_length"
 
 @dataclass(frozen=True)
 class Served:
-    """What a veRL server returns for one request, reduced to what an episode needs (veRL's ``TokenOutput``)."""
+    """What a veRL server returns for one request (the fields of veRL's ``TokenOutput`` an agent loop reads)."""
 
     token_ids: tuple[int, ...]
     log_probs: tuple[float, ...]
+    extra_fields: dict = field(default_factory=dict)  # veRL's server: {"global_steps": weights version, ...}
+    num_preempted: int | None = None
 
 
 def finish_reason(tokenizer, token_ids: Sequence[int], stop_ids: frozenset[int], max_new_tokens: int) -> str:

@@ -4,20 +4,26 @@
 does before training: Hydra composes veRL's ``ppo_trainer`` with the setting (its ``hydra.searchpath`` names
 ``pkg://verl.trainer.config``) and the overrides. :func:`check` then runs veRL's ``validate_config`` (batch
 sizes, micro-batches, GPU counts as numbers), resolves the config, reads the ``mirl`` block with the native
-checks (:func:`~mirl.integrations.verl.settings.read_settings`) and the sampler's view of it, and confirms that
-the plugin's names are registered. ``mirl verl-config FILE`` prints the resolved result (the dry run).
-
-veRL's check reads the model's ``config.json`` (``HFModelConfig``), so the model path must be a local directory
-or a hub id that is cached or downloadable; offline, override ``actor_rollout_ref.model.path=DIR``.
+checks (:func:`~mirl.integrations.verl.settings.read_settings`), checks that the sampler's ``sampler_kwargs``
+hold the same filter as ``mirl.filter``, reads the model's ``config.json`` where the model path is a local
+directory, and confirms that the plugin's names are registered. ``mirl verl-config FILE`` prints the resolved
+result (the dry run) and :func:`notes`: a model path that is a hub id (not checked offline) and, for several
+nodes, data paths relative to the launch directory (Ray may start veRL's TaskRunner on another node).
 """
 
 from __future__ import annotations
 
+import json
+import re
+from dataclasses import asdict
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from mirl.config import ConfigError
+
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # organisation/name
+MAX_MODEL_CONFIG_BYTES = 1 << 20
 
 INSTALL_HINT = 'veRL is not installed; pip install "mirl[verl]" (veRL 0.9.1) or run `bash scripts/test-verl.sh --build`'
 
@@ -71,7 +77,8 @@ def check(config: DictConfig) -> DictConfig:
             "the cache (override actor_rollout_ref.model.path=DIR)"
         ) from None
     settings = read_settings(config)
-    filter_settings(config.trainer.v1.sampler.sampler_kwargs)
+    _check_sampler_filter(settings, filter_settings(config.trainer.v1.sampler.sampler_kwargs))
+    _model_notes(config)
     expected = {
         "actor_rollout_ref.rollout.agent.default_agent_loop": NAMES["agent_loop"],
         "trainer.v1.trainer_mode": NAMES["trainer"],
@@ -98,3 +105,69 @@ def _check_registered() -> None:
             "mirl's veRL plugin is not registered; reinstall mirl (pip install -e .) so the verl.plugins entry point "
             "exists, and leave VERL_USE_EXTERNAL_PLUGINS unset or naming mirl"
         )
+
+
+def _check_sampler_filter(settings, sampler) -> None:
+    """The sampler gets only ``sampler_kwargs``: its filter must be ``mirl.filter`` (and the same stop rule)."""
+    sampler_config, max_empty_steps = sampler
+    if sampler_config.filter != settings.filter or max_empty_steps != settings.max_empty_steps:
+        raise ConfigError(
+            f"trainer.v1.sampler.sampler_kwargs (filter {asdict(sampler_config.filter)}, max_empty_steps "
+            f"{max_empty_steps}) differs from mirl.filter {asdict(settings.filter)} / mirl.max_empty_steps "
+            f"{settings.max_empty_steps}, and the sampler uses sampler_kwargs; set sampler_kwargs to "
+            "{filter: ${mirl.filter}, max_empty_steps: ${mirl.max_empty_steps}} as configs/verl/_base.yaml does"
+        )
+
+
+def _model_config(key: str, path: str) -> None:
+    file = Path(path).expanduser() / "config.json"
+    if not file.is_file():
+        raise ConfigError(f"{key}={path} has no config.json; point it at a model directory (config.json, tokenizer)")
+    if file.stat().st_size > MAX_MODEL_CONFIG_BYTES:
+        raise ConfigError(f"{key}={path}: config.json is over {MAX_MODEL_CONFIG_BYTES} bytes; not a model config")
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise ConfigError(f"{key}={path}: config.json does not read as JSON ({_one_line(err)})") from None
+    if not isinstance(data, dict) or not ("model_type" in data or "architectures" in data):
+        raise ConfigError(f"{key}={path}: config.json has no model_type; not a transformers model directory")
+
+
+def _model_notes(config: DictConfig) -> list[str]:
+    """Check each local model directory's ``config.json``; a note for each hub id (not checked offline)."""
+    from verl.trainer.ppo.utils import need_critic
+
+    keys = ["actor_rollout_ref.model.path"] + (["critic.model.path"] if need_critic(config) else [])
+    out = []
+    for key in keys:
+        path = str(OmegaConf.select(config, key))
+        if Path(path).expanduser().exists():
+            _model_config(key, path)
+        elif not path.startswith((".", "/", "~")) and HUB_ID.fullmatch(path):
+            out.append(f"{key}={path} is not a local directory: a hub id, not checked offline (veRL downloads it "
+                       "or reads the cache when it starts)")
+        else:
+            raise ConfigError(f"{key}={path} does not exist; point it at a local model directory (config.json, "
+                              "tokenizer) or a hub id such as Qwen/Qwen2.5-3B-Instruct")
+    return out
+
+
+def _data_notes(config: DictConfig) -> list[str]:
+    if int(config.trainer.nnodes) <= 1:
+        return []
+    out = []
+    for key in ("data.train_files", "data.val_files"):
+        value = OmegaConf.select(config, key)
+        files = [value] if isinstance(value, str) else list(value or [])
+        relative = [f for f in files if "://" not in str(f) and not Path(str(f)).expanduser().is_absolute()]
+        if relative:
+            out.append(f"{key}={relative} is relative to the launch directory; with trainer.nnodes="
+                       f"{config.trainer.nnodes} Ray may start veRL's TaskRunner on another node, where it does not "
+                       "resolve: pass an absolute path on a filesystem every node mounts")
+    return out
+
+
+def notes(config: DictConfig) -> list[str]:
+    """What :func:`check` could not confirm on this machine: hub-id model paths and, for several nodes, relative
+    data paths. ``config`` is a config :func:`check` passed."""
+    return _model_notes(config) + _data_notes(config)

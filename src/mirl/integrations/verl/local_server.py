@@ -9,6 +9,11 @@ Sampling parameters read (veRL / vLLM names): ``max_tokens`` (or ``max_new_token
 ``stop``. Seeds: ``seed_fn(prompt_ids, occurrence)`` gives the seed of a request, where ``occurrence`` counts
 earlier requests with the same prompt ids (so the K sessions of one group, which share their first prompt, draw
 different samples); :class:`PromptSeeds` wraps a policy so the native engine draws with the same seeds.
+
+Like veRL's vLLM server, each result carries ``extra_fields={"global_steps": V}``, the weights version ``V`` set by
+``set_global_steps`` (veRL's checkpoint manager sets it after each weight update; ``None`` before the first).
+veRL's ``LLMServerClient`` turns it into ``min_global_steps`` / ``max_global_steps``. A ``LocalServer`` can serve
+behind that client as a Ray actor (``ray.remote(LocalServer)``), which is how the end-to-end test runs it.
 """
 
 from __future__ import annotations
@@ -58,6 +63,11 @@ class LocalServer:
         self.policy = policy
         self.seeds = _Occurrences(seed_fn or prompt_seed(0))
         self.requests: list[tuple[str, tuple[int, ...], dict]] = []
+        self.global_steps: int | None = None
+
+    async def set_global_steps(self, global_steps: int) -> None:
+        """The weights version reported with every later result (veRL's server method of the same name)."""
+        self.global_steps = global_steps
 
     async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs) -> Served:
         self.requests.append((str(request_id), tuple(prompt_ids), dict(sampling_params)))
@@ -72,7 +82,7 @@ class LocalServer:
             seed=self.seeds.next_seed(prompt_ids),
         )
         generation = self.policy.generate([list(prompt_ids)], sampling)[0]
-        return Served(generation.token_ids, generation.logprobs)
+        return Served(generation.token_ids, generation.logprobs, {"global_steps": self.global_steps})
 
 
 class PromptSeeds:

@@ -119,6 +119,7 @@ def filter_settings(sampler_kwargs) -> tuple[Config, int]:
 
     veRL hands a custom sampler only ``trainer.v1.sampler.sampler_kwargs``; the shipped configs set it to
     ``{filter: ${mirl.filter}, max_empty_steps: ${mirl.max_empty_steps}}`` so the sampler reads the same block.
+    A missing ``filter`` is an error (never a silent default); ``mirl verl-config`` checks it equals ``mirl.filter``.
     """
     kwargs = OmegaConf.to_container(sampler_kwargs, resolve=True) if isinstance(sampler_kwargs, DictConfig) else {}
     if not isinstance(sampler_kwargs, DictConfig):
@@ -127,6 +128,12 @@ def filter_settings(sampler_kwargs) -> tuple[Config, int]:
     if unknown:
         raise ConfigError(
             f"unknown key(s) {unknown} in trainer.v1.sampler.sampler_kwargs; expected filter, max_empty_steps"
+        )
+    if "filter" not in kwargs:
+        raise ConfigError(
+            "trainer.v1.sampler.sampler_kwargs has no filter, and the sampler would filter with the default; set "
+            "sampler_kwargs: {filter: ${mirl.filter}, max_empty_steps: ${mirl.max_empty_steps}} "
+            "(configs/verl/_base.yaml)"
         )
     try:
         merged = OmegaConf.merge(OmegaConf.structured(Config), {"filter": kwargs.get("filter") or {}})

@@ -33,10 +33,10 @@ from verl.workers.utils.padding import response_from_nested
 
 from mirl.diagnostics.run import DiagnosticsState, is_scheduled, run_diagnostics
 from mirl.integrations.verl.metrics_file import MetricsFile
+from mirl.integrations.verl.plugin import TRAINER_NAME
 from mirl.integrations.verl.scoring import LogprobFn, RowScorer
 from mirl.integrations.verl.settings import read_settings
 
-TRAINER_NAME = "mirl"
 PARTITION = "mirl_diag"
 
 
