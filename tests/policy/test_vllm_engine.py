@@ -1,7 +1,9 @@
 """The vLLM backend against a real engine (CPU build): run with `bash scripts/test-vllm.sh`; skipped without vLLM.
 
-The model is the tiny Llama with head_dim 64 (hidden 256, 4 heads; vLLM's CPU attention needs a supported head
-size) in float32, saved to a directory for vLLM. Tolerance for log-probs: 1e-4 absolute per token. Both sides
+Every test runs on two tiny models with head_dim 64 (hidden 256, 4 query heads; vLLM's CPU attention needs a
+supported head size) in float32, saved to a directory for vLLM: the Llama, and a Qwen2 with tied input and output
+embeddings, grouped-query attention (2 key-value heads) and q/k/v biases, the parts of a Qwen checkpoint whose
+loading and weight sync differ from a Llama's. Tolerance for log-probs: 1e-4 absolute per token. Both sides
 compute in float32 but with different kernels (vLLM's CPU attention and packed linears vs PyTorch's), which leaves
 differences of a few 1e-5 over a 100-token context; a wrong temperature, a stale weight or a shifted position
 gives differences of 1e-1 and more.
@@ -27,9 +29,15 @@ from mirl.types import SamplingParams  # noqa: E402
 ATOL = 1e-4
 
 
-@pytest.fixture(scope="module")
-def policy():
-    hf = tiny_policy(hidden_size=256, num_heads=4, seed=1)  # head_dim 64
+MODELS = {
+    "llama": {"arch": "llama", "hidden_size": 256, "num_heads": 4, "seed": 1},
+    "qwen2": {"arch": "qwen2", "hidden_size": 256, "num_heads": 4, "num_kv_heads": 2, "seed": 1},
+}
+
+
+@pytest.fixture(scope="module", params=sorted(MODELS))
+def policy(request):
+    hf = tiny_policy(**MODELS[request.param])  # head_dim 64
     engine = VLLMPolicy(hf, max_model_len=512)
     yield engine
     engine.close()
@@ -117,12 +125,24 @@ def test_engine_logprobs_follow_the_weights_after_a_sync(policy):
 
 
 def test_generate_syncs_by_itself_when_the_weights_changed(policy):
+    """One tensor changed in place, no explicit sync: a weight, the input embedding (the Qwen2's output head too, tied)
+    and a key-projection bias (the Qwen2's)."""
     prompt = _prompts(policy.tokenizer)[2]
-    with torch.no_grad():
-        policy.model.model.layers[0].mlp.down_proj.weight.mul_(-1.0)  # no explicit sync afterwards
-    gen = policy.generate([prompt], SamplingParams(max_new_tokens=12, temperature=1.0, seed=2))[0]
-    expected = _teacher_forced(policy.hf, prompt, gen.token_ids, 1.0)
-    torch.testing.assert_close(torch.tensor(gen.logprobs), expected, rtol=0, atol=ATOL)
+    params = dict(policy.model.model.named_parameters())
+    names = [
+        n
+        for n in ("layers.0.mlp.down_proj.weight", "embed_tokens.weight", "layers.1.self_attn.k_proj.bias")
+        if n in params
+    ]
+    assert len(names) == (3 if policy.model.config.model_type == "qwen2" else 2)
+    for seed, name in enumerate(names):
+        before = _teacher_forced(policy.hf, prompt, prompt[-8:], 1.0)
+        with torch.no_grad():
+            params[name].mul_(-1.0)  # no explicit sync afterwards
+        assert (_teacher_forced(policy.hf, prompt, prompt[-8:], 1.0) - before).abs().max() > 0.05, name  # it shows
+        gen = policy.generate([prompt], SamplingParams(max_new_tokens=12, temperature=1.0, seed=seed))[0]
+        expected = _teacher_forced(policy.hf, prompt, gen.token_ids, 1.0)
+        torch.testing.assert_close(torch.tensor(gen.logprobs), expected, rtol=0, atol=ATOL, msg=name)
 
 
 def test_a_lora_model_is_served_with_its_adapters_merged(policy):

@@ -1,6 +1,7 @@
 """`mirl train` with ``model.backend=vllm`` end to end (CPU build): run with `bash scripts/test-vllm.sh`.
 
-The tiny Llama with head_dim 64 in float32 is saved to a directory and trained for two iterations through the real
+The tiny Llama and the tiny Qwen2 (tied embeddings, grouped-query attention, q/k/v biases), each with head_dim 64
+in float32, are saved to a directory and trained for two iterations through the real
 command line entry point. With one mini-batch and one epoch the importance ratio of the single optimiser step is
 ``pi_current / pi_old``, where ``pi_old`` is what the engine reported while sampling (``recompute_old_logprobs``
 is off) and ``pi_current`` the trainer's own teacher-forced log-probs. It stays at 1 (up to the kernels' 1e-4) in
@@ -24,9 +25,10 @@ from mirl.cli import main  # noqa: E402
 from mirl.policy.tiny import tiny_policy  # noqa: E402
 
 
-def test_mirl_train_with_the_vllm_backend(tmp_path):
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_mirl_train_with_the_vllm_backend(tmp_path, arch):
     model_dir = tmp_path / "model"
-    tiny_policy(hidden_size=256, num_heads=4, seed=1).save(model_dir)  # head_dim 64
+    tiny_policy(arch=arch, hidden_size=256, num_heads=4, seed=1).save(model_dir)  # head_dim 64
     out = tmp_path / "runs"
     args = [
         f"model.name={model_dir}",

@@ -5,8 +5,11 @@ and ``<answer>`` tags, grid observations, ``||``-separated actions), so it round
 replies into realistic multi-byte tokens. Special tokens: ``<|im_start|>``, ``<|im_end|>`` (eos and end of turn),
 ``<|endoftext|>`` (padding). Its chat template is ChatML, the format SmolLM2 and Qwen use.
 
-The model is a :class:`transformers.LlamaForCausalLM` with random weights drawn from a seed inside
-``torch.random.fork_rng``, so building one never changes the caller's global random state.
+The model is a :class:`transformers.LlamaForCausalLM` (:func:`tiny_model`) or, for code that must also handle the
+shapes of Qwen-family checkpoints, a :class:`transformers.Qwen2ForCausalLM` with tied input and output embeddings,
+grouped-query attention and biases on the query, key and value projections (:func:`tiny_qwen2_model`). Weights are
+random, drawn from a seed inside ``torch.random.fork_rng``, so building one never changes the caller's global random
+state.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import functools
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from mirl.policy.sources import CHATML_TEMPLATE
 
@@ -114,11 +117,66 @@ def tiny_model(
     return model.to(dtype).eval()
 
 
-def tiny_policy(**kwargs):
-    """A :class:`~mirl.policy.hf.HFPolicy` over :func:`tiny_model` and :func:`tiny_tokenizer` on CPU in fp32.
+def tiny_qwen2_model(
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+) -> Qwen2ForCausalLM:
+    """A randomly initialised Qwen2 in eval mode whose vocabulary matches :func:`tiny_tokenizer`.
 
-    Keyword arguments go to :func:`tiny_model` (``seed``, ``hidden_size``, ...).
+    Shaped like the small Qwen2/2.5 checkpoints: ``lm_head`` shares the input embedding (one tensor), ``num_heads``
+    query heads share ``num_kv_heads`` key/value heads, and the q/k/v projections carry biases. Weights are drawn
+    from ``seed`` inside ``torch.random.fork_rng``; biases are drawn too (not left at zero) so they matter.
+
+    >>> model = tiny_qwen2_model()
+    >>> model.lm_head.weight is model.model.embed_tokens.weight
+    True
+    >>> attention = model.model.layers[0].self_attn
+    >>> attention.k_proj.out_features * 2 == attention.q_proj.out_features, attention.k_proj.bias is not None
+    (True, True)
+    """
+    if num_heads % num_kv_heads:
+        raise ValueError(f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})")
+    tokenizer = tiny_tokenizer()
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        max_position_embeddings=4096,
+        initializer_range=0.2,
+        tie_word_embeddings=True,
+        use_sliding_window=False,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(config)
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if name.endswith("_proj.bias"):
+                    param.normal_(0, config.initializer_range)
+    return model.to(dtype).eval()
+
+
+TINY_MODELS = {"llama": tiny_model, "qwen2": tiny_qwen2_model}
+
+
+def tiny_policy(arch: str = "llama", **kwargs):
+    """A :class:`~mirl.policy.hf.HFPolicy` over a tiny model and :func:`tiny_tokenizer` on CPU in fp32.
+
+    ``arch`` picks the model (``"llama"``: :func:`tiny_model`, ``"qwen2"``: :func:`tiny_qwen2_model`); keyword
+    arguments go to it (``seed``, ``hidden_size``, ...).
     """
     from mirl.policy.hf import HFPolicy
 
-    return HFPolicy(tiny_model(**kwargs), tiny_tokenizer(), device="cpu", dtype=torch.float32)
+    if arch not in TINY_MODELS:
+        raise ValueError(f"unknown tiny model {arch!r}; choose one of {sorted(TINY_MODELS)}")
+    return HFPolicy(TINY_MODELS[arch](**kwargs), tiny_tokenizer(), device="cpu", dtype=torch.float32)
