@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +22,7 @@ pytest.importorskip("trl", reason="TRL tests run in .venv-trl: bash scripts/test
 import torch  # noqa: E402
 
 WORKER = Path(__file__).resolve().parent / "two_process_worker.py"
+TORCHRUN = Path(sys.executable).with_name("torchrun")
 TIMEOUT_S = 400  # a healthy run takes ~1 minute on a shared 2-core machine
 
 
@@ -41,10 +41,9 @@ def _run(command: list[str], out: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("torchrun") is None and not Path(sys.executable).with_name("torchrun").exists(),
-                    reason="needs torchrun (torch's launcher)")  # fmt: skip
+@pytest.mark.skipif(not TORCHRUN.exists(), reason="needs torchrun, torch's launcher, beside the python")
 def test_two_processes_equal_one_process(tmp_path):
-    torchrun = str(Path(sys.executable).with_name("torchrun"))
+    torchrun = str(TORCHRUN)
     _run([torchrun, "--standalone", "--nproc_per_node", "2", str(WORKER), str(tmp_path / "two"), "8"],
          tmp_path / "two")  # fmt: skip
     _run([sys.executable, str(WORKER), str(tmp_path / "one"), "16"], tmp_path / "one")
