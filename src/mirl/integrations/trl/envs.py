@@ -69,7 +69,7 @@ def parse_instance(key: str) -> tuple[str, str, int]:
 
     >>> parse_instance("mirl/sokoban/validation/7")
     ('sokoban', 'validation', 7)
-    >>> parse_instance("mirl/frozenlake/train/4\nState: ...")
+    >>> parse_instance("mirl/frozenlake/train/4\\nState: ...")
     ('frozenlake', 'train', 4)
     """
     match = _KEY.match(key.split("\n", 1)[0]) if isinstance(key, str) else None
