@@ -35,17 +35,23 @@ def _read(process, prefix: str, name: str) -> str:
 
 
 def interleave(
-    script: str, settings: dict[str, list[str]], rounds: int, trees: dict[str, Path] | None = None
+    script: str,
+    settings: dict[str, list[str]],
+    rounds: int,
+    trees: dict[str, Path] | None = None,
+    pythons: dict[str, Path] | None = None,
 ) -> dict[str, list[dict]]:
     """Run ``script --worker NAME ARGS`` per setting (NAME -> ARGS), ``rounds`` rounds in turn; their results.
 
-    ``trees`` maps a setting to the source tree its worker runs; the others run this checkout.
+    ``trees`` maps a setting to the source tree its worker runs; the others run this checkout. ``pythons`` maps a
+    setting to the interpreter that runs its worker (another virtual environment); the others run this one.
     """
     workers = {}
     try:
         for name, arguments in settings.items():
             tree = (trees or {}).get(name, ROOT)
-            command = [sys.executable, str(Path(script).resolve()), "--worker", name, *arguments]
+            python = str((pythons or {}).get(name, sys.executable))
+            command = [python, str(Path(script).resolve()), "--worker", name, *arguments]
             env = os.environ | {"PYTHONPATH": os.pathsep.join([str(tree / "src"), os.environ.get("PYTHONPATH", "")])}
             workers[name] = subprocess.Popen(
                 command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=tree, env=env

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds .venv-trl (mirl + trl 1.16.0 on CPU) and runs the TRL integration tests in it. Extra arguments go to pytest.
 #   bash scripts/test-trl.sh            tests/integrations/trl (everything not marked slow)
-#   bash scripts/test-trl.sh -m slow    the slow ones (the example with the offline SmolLM2)
+#   bash scripts/test-trl.sh -m slow    the slow ones (two torchrun processes; the example with the offline SmolLM2)
 # TRL 1.16.0 accepts transformers >= 4.56.2, so the venv uses the same transformers 5.23 as the main one; it is a
 # separate venv only so that trl, accelerate and their pins never enter the main environment.
 set -uo pipefail

@@ -42,12 +42,14 @@ def scripted_reward(completions, reward, **kwargs):
     return list(reward)
 
 
-def grpo_args(tmp_path, rows: int, **overrides):
+def grpo_args(tmp_path, filter: dict | None = None, **overrides):
+    """A ``GRPOConfig``, or with ``filter`` (mirl filter keys) an ``SNRFilterGRPOConfig`` with ``filter_*`` set."""
     import trl  # only in .venv-trl; the test modules skip without it
+
+    from mirl.integrations.trl import SNRFilterGRPOConfig
 
     kwargs = dict(
         output_dir=str(tmp_path),
-        per_device_train_batch_size=rows,
         num_generations=K,
         max_steps=1,
         learning_rate=0.05,
@@ -63,15 +65,18 @@ def grpo_args(tmp_path, rows: int, **overrides):
         max_grad_norm=0.0,  # no clipping: a clipped step would hide a wrong loss scale
     )
     kwargs.update(overrides)
-    return trl.GRPOConfig(**kwargs)
+    if filter is None:
+        return trl.GRPOConfig(**kwargs)
+    return SNRFilterGRPOConfig(**kwargs, **{f"filter_{key}": value for key, value in filter.items()})
 
 
 def build(cls, tmp_path, groups, *, rewards=REWARDS, dtype=torch.float64, **kwargs):
-    """A trainer of class ``cls`` over prompts ``groups`` (e.g. ["g0", "g2"]) with one generation = one step."""
+    """A trainer of class ``cls`` over prompts ``groups`` (e.g. ["g0", "g2"]) with one generation = one step;
+    ``filter={...}`` (mirl filter keys) makes its arguments an ``SNRFilterGRPOConfig``."""
     from datasets import Dataset
 
-    filter_kwargs = {"filter_config": kwargs.pop("filter_config")} if "filter_config" in kwargs else {}
-    args = grpo_args(tmp_path, len(groups) * K, **kwargs)
+    kwargs.setdefault("per_device_train_batch_size", len(groups) * K)
+    args = grpo_args(tmp_path, **kwargs)
     return cls(
         model=tiny_model(seed=0, dtype=dtype),
         reward_funcs=scripted_reward,
@@ -79,7 +84,6 @@ def build(cls, tmp_path, groups, *, rewards=REWARDS, dtype=torch.float64, **kwar
         train_dataset=Dataset.from_dict({"prompt": list(groups)}),
         processing_class=tiny_tokenizer(),
         rollout_func=scripted_rollout(rewards),
-        **filter_kwargs,
     )
 
 
@@ -90,6 +94,11 @@ def params(trainer) -> dict[str, torch.Tensor]:
 @pytest.fixture
 def trl_build():
     return build
+
+
+@pytest.fixture
+def trl_args():
+    return grpo_args
 
 
 @pytest.fixture

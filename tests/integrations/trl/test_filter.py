@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import pytest
@@ -10,8 +11,9 @@ trl = pytest.importorskip("trl", reason="TRL tests run in .venv-trl: bash script
 
 import torch  # noqa: E402
 
+from mirl.config import FilterConfig  # noqa: E402
 from mirl.integrations.trl import SNRFilterGRPOTrainer, mask_dropped_rows  # noqa: E402
-from mirl.integrations.trl.filter import as_filter_config, filter_rows, local_rows  # noqa: E402
+from mirl.integrations.trl.filter import filter_rows  # noqa: E402
 
 ALL = ["g0", "g1", "g2", "g3"]
 TOP_P = {"strategy": "top_p", "value": 0.9, "include_zero": False}
@@ -38,14 +40,9 @@ def _assert_close(a: dict, b: dict, atol: float = 1e-12) -> None:
 
 def test_filter_rows_keeps_the_groups_with_spread():
     rewards = torch.tensor([0.0, 1.0, 0.0, 1.0, 0, 0, 0, 0, 1.0, 0.5, 0.0, 0.2, 1, 1, 1, 1])
-    selection, rows = filter_rows(rewards, 4, as_filter_config(TOP_P))
+    selection, rows = filter_rows(rewards, 4, FilterConfig(**TOP_P))
     assert selection.keep.tolist() == [True, False, True, False]
     assert rows.tolist() == [True] * 4 + [False] * 4 + [True] * 4 + [False] * 4
-
-
-def test_filter_config_rejects_unknown_key():
-    with pytest.raises(ValueError, match="unknown filter key"):
-        as_filter_config({"stratgy": "top_p"})
 
 
 def test_mask_dropped_rows_recomputes_the_normaliser():
@@ -63,7 +60,7 @@ def test_mask_dropped_rows_recomputes_the_normaliser():
 
 @pytest.mark.parametrize("loss_type", ["dapo", "bnpo"])
 def test_filtered_step_equals_kept_only_step(tmp_path, trl_build, trl_params, loss_type):
-    filtered = trl_build(SNRFilterGRPOTrainer, tmp_path / "f", ALL, loss_type=loss_type, filter_config=TOP_P)
+    filtered = trl_build(SNRFilterGRPOTrainer, tmp_path / "f", ALL, loss_type=loss_type, filter=TOP_P)
     _, after_filtered = _step(filtered, trl_params)  # build, then train, then build the next (each build seeds)
     kept = trl_build(trl.GRPOTrainer, tmp_path / "k", ["g0", "g2"], loss_type=loss_type)
     before, after_kept = _step(kept, trl_params)
@@ -78,16 +75,16 @@ def test_filtered_step_equals_kept_only_step(tmp_path, trl_build, trl_params, lo
 
 def test_dropped_groups_rewards_do_not_matter(tmp_path, trl_build, trl_params):
     other = {"g0": [0.0, 1.0, 0.0, 1.0], "g1": [0.5] * 4, "g2": [1.0, 0.5, 0.0, 0.2], "g3": [0.0] * 4}
-    a = trl_build(SNRFilterGRPOTrainer, tmp_path / "a", ALL, filter_config=TOP_P)
+    a = trl_build(SNRFilterGRPOTrainer, tmp_path / "a", ALL, filter=TOP_P)
     _, after_a = _step(a, trl_params)
-    b = trl_build(SNRFilterGRPOTrainer, tmp_path / "b", ALL, filter_config=TOP_P, rewards=other)
+    b = trl_build(SNRFilterGRPOTrainer, tmp_path / "b", ALL, filter=TOP_P, rewards=other)
     _, after_b = _step(b, trl_params)
     _assert_close(after_a, after_b, atol=0.0)
 
 
 def test_dropping_every_group_leaves_parameters_unchanged(tmp_path, trl_build, trl_params):
     flat = {key: [1.0] * 4 for key in ALL}
-    trainer = trl_build(SNRFilterGRPOTrainer, tmp_path, ALL, filter_config=TOP_P, rewards=flat)
+    trainer = trl_build(SNRFilterGRPOTrainer, tmp_path, ALL, filter=TOP_P, rewards=flat)
     before, after = _step(trainer, trl_params)
     assert trainer.last_selection.kept_count == 0
     _assert_close(before, after, atol=0.0)
@@ -97,7 +94,7 @@ def test_dropping_every_group_leaves_parameters_unchanged(tmp_path, trl_build, t
 
 
 def test_filter_none_is_bitwise_grpo(tmp_path, trl_build, trl_params):
-    ours = trl_build(SNRFilterGRPOTrainer, tmp_path / "o", ALL, dtype=torch.float32, filter_config={"strategy": "none"})
+    ours = trl_build(SNRFilterGRPOTrainer, tmp_path / "o", ALL, dtype=torch.float32, filter={"strategy": "none"})
     _, after_ours = _step(ours, trl_params)
     theirs = trl_build(trl.GRPOTrainer, tmp_path / "t", ALL, dtype=torch.float32)
     _, after_theirs = _step(theirs, trl_params)
@@ -106,7 +103,7 @@ def test_filter_none_is_bitwise_grpo(tmp_path, trl_build, trl_params):
 
 
 def test_filter_metrics_reach_trl_logger(tmp_path, trl_build, trl_params):
-    trainer = trl_build(SNRFilterGRPOTrainer, tmp_path, ALL, filter_config=TOP_P)
+    trainer = trl_build(SNRFilterGRPOTrainer, tmp_path, ALL, filter=TOP_P)
     _step(trainer, trl_params)
     logged = trainer.state.log_history[0]
     assert logged["filter/kept_count"] == 2.0 and logged["filter/kept_ratio"] == 0.5
@@ -120,25 +117,8 @@ def test_filter_metrics_reach_trl_logger(tmp_path, trl_build, trl_params):
 def test_sequence_mean_loss_warns(tmp_path, trl_build):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        trl_build(SNRFilterGRPOTrainer, tmp_path, ALL, loss_type="grpo", filter_config=TOP_P)
-    assert any("dilute" in str(w.message) for w in caught)
-
-
-def test_two_processes_mask_their_slices_and_share_one_normaliser():
-    # 4 groups of K=4 on 2 processes, 8 rows each: process 0 holds g0, g1; process 1 holds g2, g3
-    rewards = torch.tensor([0.0, 1.0, 0.0, 1.0, 0, 0, 0, 0, 1.0, 0.5, 0.0, 0.2, 1, 1, 1, 1])
-    _, rows = filter_rows(rewards, 4, as_filter_config(TOP_P))  # made identically on both processes
-    lengths = torch.tensor([3, 1, 2, 4, 2, 2, 2, 2, 1, 1, 3, 2, 4, 4, 4, 4])  # loss tokens per row
-    masks = (torch.arange(4)[None, :] < lengths[:, None]).long()  # (16, 4)
-    outputs = [{"advantages": torch.ones(8), "completion_mask": masks[p * 8 : (p + 1) * 8]} for p in (0, 1)]
-    keeps = [local_rows(rows, p, 8) for p in (0, 1)]
-    # each process's own count (a one-process gather), then accelerate's gather: both counts on every process
-    local = [mask_dropped_rows(outputs[p], keeps[p], lambda t: t[None])["num_items_in_batch"] for p in (0, 1)]
-    assert [int(c) for c in local] == [10, 7]  # kept g0 rows: 3+1+2+4 tokens; kept g2 rows: 1+1+3+2
-    out = [mask_dropped_rows(outputs[p], keeps[p], lambda t: torch.stack(local)) for p in (0, 1)]
-    assert [o["advantages"].tolist() for o in out] == [[1.0] * 4 + [0.0] * 4] * 2
-    assert [int(o["num_items_in_batch"]) for o in out] == [17, 17]
-    assert int(sum((o["completion_mask"] * o["tool_mask"]).sum() for o in out)) == 17
+        trl_build(SNRFilterGRPOTrainer, tmp_path, ALL, loss_type="grpo", filter=TOP_P)
+    assert any("normalises per micro-batch" in str(w.message) for w in caught)
 
 
 def test_filtered_step_with_micro_batches_equals_kept_only_step(tmp_path, trl_build, trl_params):
@@ -147,7 +127,7 @@ def test_filtered_step_with_micro_batches_equals_kept_only_step(tmp_path, trl_bu
         SNRFilterGRPOTrainer,
         tmp_path / "f",
         ALL,
-        filter_config=TOP_P,
+        filter=TOP_P,
         per_device_train_batch_size=8,
         gradient_accumulation_steps=2,
     )
@@ -159,3 +139,40 @@ def test_filtered_step_with_micro_batches_equals_kept_only_step(tmp_path, trl_bu
     moved = max(float((after_kept[n] - before[n]).abs().max()) for n in before)
     assert filtered.last_selection.kept_count == 2 and moved > 1e-2
     _assert_close(after_filtered, after_kept, atol=1e-6 * moved)
+
+
+def test_filter_is_set_by_trl_cli_and_yaml_and_saved_with_the_run(tmp_path):
+    from mirl.integrations.trl import SNRFilterGRPOConfig
+
+    parser = trl.TrlParser((SNRFilterGRPOConfig,))
+    cli = ["--output_dir", str(tmp_path), "--filter_strategy", "top_k_abs", "--filter_value", "2", "--use_cpu"]
+    (args,) = parser.parse_args_and_config(cli)
+    assert (args.filter_config.strategy, args.filter_config.value) == ("top_k_abs", 2.0)
+    yaml = tmp_path / "grpo.yaml"
+    yaml.write_text(
+        f"output_dir: {tmp_path}\nuse_cpu: true\nfilter_strategy: top_p\nfilter_value: 0.8\nfilter_include_zero: true\n"
+    )
+    (args,) = parser.parse_args_and_config(["--config", str(yaml)])
+    assert (args.filter_config.strategy, args.filter_config.value, args.filter_config.include_zero) == (
+        "top_p",
+        0.8,
+        True,
+    )
+    saved = json.loads(args.to_json_string())  # what TRL writes with the run and hands its loggers
+    assert (saved["filter_strategy"], saved["filter_value"]) == ("top_p", 0.8)
+
+
+def test_filter_must_be_chosen(tmp_path, trl_build, trl_args):
+    with pytest.raises(ValueError, match="filter_strategy is not set"):
+        trl_build(SNRFilterGRPOTrainer, tmp_path, ALL, filter={})  # every filter_* default, no strategy
+    with pytest.raises(TypeError, match="SNRFilterGRPOConfig"):
+        SNRFilterGRPOTrainer(model=None, reward_funcs=None, args=trl_args(tmp_path))  # a plain GRPOConfig
+
+
+def test_dropped_rows_leave_the_micro_batches(tmp_path, trl_build):
+    trainer = trl_build(SNRFilterGRPOTrainer, tmp_path, ALL, filter=TOP_P, per_device_train_batch_size=8,
+                        gradient_accumulation_steps=2)  # fmt: skip
+    trainer.train()
+    # 16 rows, 8 kept (g0, g2): two micro-batches of 4 kept rows each, cut to the longest kept completion
+    assert [int(b["completion_ids"].shape[0]) for b in trainer._buffered_inputs] == [4, 4]
+    assert all(bool((b["advantages"] != 0).any()) for b in trainer._buffered_inputs)

@@ -1,18 +1,22 @@
 """Collapse diagnostics for TRL: the ``diag/*`` MI proxies of the last batch, in TRL's logger.
 
 On TRL's optimizer steps 1, ``every``, ``2 * every``, ... the callback takes the episodes of the last generation
-batch, samples (X, Z) pairs with mirl's samplers, cross-scores them with the trainer's model (mirl's
-prefix-shared scorer) and computes the proxies with ``mirl.diagnostics.run_diagnostics``: per scope
-``diag/<scope>/est/*`` and ``seq/*`` (MI-Est, MI z-scores, retrieval@k and its chance level, H(Z|X), H(Z)),
-``pairs``, ``columns``, ``empty_reasoning``. The metrics enter TRL's metric buffer, so they reach whatever
-``report_to`` names (TensorBoard, W&B, stdout) at the next log. TRL averages numbers only, so the regime name
-is logged as ``diag/<scope>/regime_id`` = its index in ``mirl.diagnostics.REGIMES`` (-1: undetermined);
-``last_metrics`` keeps the names.
+batch from every process (gathered, so the proxies see the whole batch, not one process's share), samples (X, Z)
+pairs with mirl's samplers, cross-scores them with the trainer's model (mirl's prefix-shared scorer) and computes
+the proxies with ``mirl.diagnostics.run_diagnostics``: per scope ``diag/<scope>/est/*`` and ``seq/*`` (MI-Est, MI
+z-scores, retrieval@k and its chance level, H(Z|X), H(Z)), ``pairs``, ``columns``, ``empty_reasoning``. The metrics
+enter TRL's metric buffer, so they reach whatever ``report_to`` names (TensorBoard, W&B, stdout) at the next log.
+TRL averages numbers only, so the regime name is logged as ``diag/<scope>/regime_id`` = its index in
+``mirl.diagnostics.REGIMES`` (-1: undetermined); ``last_metrics`` keeps the names.
 
 Where the episodes come from: with ``MirlRollout`` as the ``rollout_func``, its multi-turn episodes; otherwise
-single-turn episodes rebuilt from the trainer's buffered batch (:func:`batch_episodes`), X = the prompt ids,
-Z = the completion up to ``</think>`` when it has one, else the whole completion. The scoring runs after the
-step's update (TRL gives callbacks no earlier hook with the batch), on the main process only.
+single-turn episodes rebuilt from the trainer's batch before filtering (:func:`batch_episodes`), X = the prompt ids,
+Z = the completion up to ``</think>`` when it has one, else the whole completion. Groups are numbered over the
+gathered batch by the first turn's context (the prompt tokens), so a prompt's samples form one group whichever
+process played them. The scoring runs after the step's update (TRL gives callbacks no earlier hook with the
+batch). It runs on every process, which is a collective: the gather, and the model reached as TRL's generation
+reaches it (ZeRO-3 gathers the parameters on every process), so each process scores the same gathered episodes
+with the same seeded sampler and holds the same metrics.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from transformers import TrainerCallback
 from mirl.config import DiagnosticsConfig
 from mirl.diagnostics import REGIMES
 from mirl.diagnostics.run import DiagnosticsState, is_scheduled, run_diagnostics
-from mirl.integrations.trl.envs import eval_mode
+from mirl.integrations.trl.envs import generation_model
 from mirl.rollout.parsing import decode, reasoning_span
 from mirl.types import EnvSpec, Episode, Turn
 
@@ -58,6 +62,18 @@ def batch_episodes(inputs: Mapping[str, torch.Tensor], tokenizer) -> list[Episod
     return episodes
 
 
+def regroup(episodes: list[Episode]) -> list[Episode]:
+    """Episodes gathered from several processes, groups renumbered by first-turn context, samples by occurrence."""
+    group_of: dict[tuple[int, ...], int] = {}
+    seen: dict[int, int] = {}
+    out = []
+    for episode in episodes:
+        group = group_of.setdefault(episode.turns[0].context_ids, len(group_of))
+        out.append(dataclasses.replace(episode, group=group, sample=seen.get(group, 0)))
+        seen[group] = seen.get(group, 0) + 1
+    return out
+
+
 class CollapseDiagnosticsCallback(TrainerCallback):
     """Log the ``diag/*`` family of the last batch every ``every`` steps (module docstring).
 
@@ -79,24 +95,32 @@ class CollapseDiagnosticsCallback(TrainerCallback):
         self.generator = torch.Generator().manual_seed(seed)
         self.last_metrics: dict[str, float | str] = {}
 
-    def episodes(self) -> list[Episode]:
-        """The last batch's episodes: ``MirlRollout.last_episodes`` or the trainer's buffered batch."""
+    def local_episodes(self) -> list[Episode]:
+        """This process's episodes of the last batch: ``MirlRollout.last_episodes``, else its token rows (before the
+        filter dropped any: ``SNRFilterGRPOTrainer.unfiltered_batch``; TRL's buffered batch otherwise)."""
         rollout = getattr(self.trainer, "rollout_func", None)
         if getattr(rollout, "last_episodes", None):
             return list(rollout.last_episodes)
-        buffered = getattr(self.trainer, "_buffered_inputs", None) or []
+        unfiltered = getattr(self.trainer, "unfiltered_batch", None)
+        buffered = [unfiltered] if unfiltered else getattr(self.trainer, "_buffered_inputs", None) or []
         tokenizer = self.trainer.processing_class
         return [e for inputs in buffered for e in batch_episodes(inputs, tokenizer)]
 
+    def episodes(self) -> list[Episode]:
+        """The last batch's episodes from every process (a collective), regrouped over the whole batch."""
+        from accelerate.utils import gather_object
+
+        return regroup(list(gather_object(self.local_episodes())))
+
     def compute(self) -> dict[str, float | str]:
-        """Score the last batch now; returns the metrics (regime names included) and remembers them."""
+        """Score the last batch now (every process); returns the metrics (regime names included), remembers them."""
         from mirl.policy.hf import HFPolicy
 
-        model = self.trainer.accelerator.unwrap_model(self.trainer.model)
-        param = next(model.parameters())
-        policy = HFPolicy(model, self.trainer.processing_class, device=param.device, dtype=param.dtype)
-        with torch.no_grad(), eval_mode(model):
-            metrics = run_diagnostics(policy, self.episodes(), self.config, self.state, generator=self.generator)
+        episodes = self.episodes()
+        with generation_model(self.trainer) as model:
+            param = next(model.parameters())
+            policy = HFPolicy(model, self.trainer.processing_class, device=param.device, dtype=param.dtype)
+            metrics = run_diagnostics(policy, episodes, self.config, self.state, generator=self.generator)
         for key, value in list(metrics.items()):
             if isinstance(value, str) and key.endswith("/regime") and key.count("/") == 2:
                 metrics[f"{key}_id"] = float(REGIMES.index(value)) if value in REGIMES else -1.0
@@ -104,9 +128,8 @@ class CollapseDiagnosticsCallback(TrainerCallback):
         return metrics
 
     def on_step_end(self, args, state, control, **kwargs):
-        scheduled = self.config.enabled and is_scheduled(state.global_step, self.config.every)
-        if not scheduled or not self.trainer.accelerator.is_main_process:
-            return control
+        if not (self.config.enabled and is_scheduled(state.global_step, self.config.every)):
+            return control  # the same decision on every process
         for key, value in self.compute().items():
             if not isinstance(value, str):
                 self.trainer._metrics["train"][key].append(float(value))

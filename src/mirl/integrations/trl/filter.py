@@ -3,19 +3,27 @@
 Per generation batch, the ``N = P * K`` rewards gathered across processes (TRL keeps the ``K = num_generations``
 rollouts of a prompt on consecutive rows) are reshaped to ``(P, K)`` and handed to
 :func:`mirl.filtering.select_groups`, exactly as the native trainer does. Ranking uses the *raw* rewards
-``r_i = sum_f w_f * r_{i,f}`` (reward weights applied, NaN counted as 0), never the normalised advantages.
+``r_i = sum_f w_f * r_{i,f}`` (reward weights applied, NaN counted as 0), never the normalised advantages. The
+selection is made identically on every process from the gathered rewards; each process then handles its own rows.
+
+Every process runs the same collectives in the same order whatever its rows hold: the gather of the new
+normaliser runs even on a process whose rows are all kept (one that skipped it would leave the others waiting).
 
 A dropped row ``i`` gets ``A_i = 0`` and ``tool_mask_i = 0`` on every token (TRL multiplies ``completion_mask``
 by ``tool_mask`` for the loss only), and ``num_items_in_batch`` is recomputed as the gathered count of loss
-tokens. How that reaches each ``loss_type``:
+tokens. Then the dropped rows leave the local batch before TRL splits it into micro-batches
+(:func:`compact_rows`): only the kept rows are forwarded and back-propagated, topped up with masked rows to the
+same count on every process (the most any process keeps, rounded up to ``steps_per_generation`` micro-batches of
+equal size: TRL gathers per-row metrics, which needs equal row counts), and the completion columns are cut to the
+longest remaining row. How the filtered step compares with a step on the kept groups only, per
+``loss_type``:
 
-- ``dapo``, ``cispo``, ``vespo``: ``sum(l * m) / num_items_in_batch``: equal to the loss of a batch made of the
-  kept rows only (same numerator, same normaliser).
-- ``bnpo``: ``sum(l * m) / sum(m)`` over the local micro-batch: equal as well.
-- ``grpo``, ``sapo``, ``luspo``: a mean over the B rows of the micro-batch; a masked row adds 0 but still counts
-  in B, so the loss is ``kept_rows / B`` times that of the kept-only batch. ``dr_grpo`` divides by
-  ``B * max_completion_length``: the same factor. The direction is right, the scale is not; a warning says so
-  once.
+- ``dapo``, ``cispo``, ``vespo``: ``sum(l * m) / num_items_in_batch`` with the global normaliser: equal (same
+  numerator, same normaliser), for any number of micro-batches and processes.
+- ``bnpo``: ``sum(l * m) / sum(m)`` over each local micro-batch: equal with one process and one micro-batch per
+  generation batch; otherwise the micro-batches hold other rows than a kept-only batch would, and the step differs.
+- ``grpo``, ``sapo``, ``luspo``, ``dr_grpo``: a mean over the rows of the micro-batch (``dr_grpo``: over rows x
+  ``max_completion_length``); the top-up rows count in it, so the scale differs; a warning says so once.
 
 Kept rows keep the advantages TRL computed, which with ``scale_rewards="group"`` (the default) depend on their
 own group only, so the rewards of dropped groups never enter the step. With ``scale_rewards="batch"`` or
@@ -25,9 +33,9 @@ dropped groups; a warning says so once.
 
 from __future__ import annotations
 
-import dataclasses
+import math
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import torch
 from trl import GRPOTrainer
@@ -35,29 +43,18 @@ from trl import GRPOTrainer
 from mirl.config import FilterConfig
 from mirl.diagnostics.groups import label_counts, label_groups
 from mirl.filtering import Selection
+from mirl.integrations.trl.config import SNRFilterGRPOConfig
+from mirl.integrations.trl.envs import refuse_unused_vllm
 from mirl.trainer.stages import select_rows
 
-EXACT_LOSS_TYPES = ("dapo", "cispo", "vespo", "bnpo")
+EXACT_LOSS_TYPES = ("dapo", "cispo", "vespo")  # global normaliser; bnpo is exact in one case only (module docs)
 EXACT_REWARD_SCALING = ("group", "none")
-
-
-def as_filter_config(config: FilterConfig | Mapping | None) -> FilterConfig:
-    """A :class:`FilterConfig` from a config block, a mapping of its fields, or None (the defaults).
-
-    >>> as_filter_config({"strategy": "top_k_abs", "value": 2}).value
-    2
-    """
-    if config is None:
-        return FilterConfig()
-    if isinstance(config, FilterConfig):
-        return config
-    if not isinstance(config, Mapping):
-        raise TypeError(f"filter_config must be a FilterConfig, a mapping or None, got {type(config).__name__}")
-    names = {f.name for f in dataclasses.fields(FilterConfig)}
-    unknown = sorted(set(config) - names)
-    if unknown:
-        raise ValueError(f"unknown filter key(s) {unknown}; valid keys: {sorted(names)}")
-    return FilterConfig(**dict(config))
+UNFILTERED_KEYS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")
+# what GRPOTrainer's generation batch holds for a text model: (B, ...) tensors, plus the scalar normaliser
+ROW_KEYS = frozenset(
+    ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "tool_mask",
+     "old_per_token_logps", "sampling_per_token_logps", "ref_per_token_logps", "importance_sampling_ratio")
+)  # fmt: skip
 
 
 def filter_rows(rewards: torch.Tensor, num_generations: int, config: FilterConfig) -> tuple[Selection, torch.Tensor]:
@@ -126,41 +123,95 @@ def mask_dropped_rows(output: dict, keep: torch.Tensor, gather: Callable[[torch.
     return out
 
 
+def train_rows(rows: torch.Tensor, num_processes: int, steps: int) -> int:
+    """Rows each process trains on: the most any process keeps, rounded up to a multiple of ``steps`` (>= steps).
+
+    TRL splits the local batch into ``steps = steps_per_generation`` micro-batches of equal size, and gathers
+    per-row metrics across processes, so every process needs the same row count; ``rows`` is the gathered
+    ``(N,)`` keep mask, the same on every process, so no collective is needed.
+
+    >>> train_rows(torch.tensor([True, True, True, False, True, False, False, False]), 2, 2)
+    4
+    """
+    most = int(rows.view(num_processes, -1).sum(dim=1).max())
+    return steps * max(1, math.ceil(most / steps))
+
+
+def compact_rows(output: dict, keep: torch.Tensor, size: int) -> dict:
+    """``size`` rows to train on: the kept ones, topped up with dropped (masked) rows; ``size`` from :func:`train_rows`.
+
+    The top-up rows carry ``A = 0`` and a zero loss mask (:func:`mask_dropped_rows`), so they add nothing to the
+    loss. Rows keep their order. The completion columns are then cut after the last attended token of the
+    remaining rows (right padding only; the left-padded prompt is left as it is). A batch holding anything else
+    (images, per-image lists) is returned unchanged: its dropped rows stay masked, not removed.
+
+    >>> out = {"completion_ids": torch.tensor([[5, 6, 0], [7, 0, 0], [8, 9, 4]]),
+    ...        "completion_mask": torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1]]),
+    ...        "advantages": torch.tensor([1.0, 2.0, 0.0]), "num_items_in_batch": torch.tensor(3)}
+    >>> small = compact_rows(out, torch.tensor([True, True, False]), 2)
+    >>> small["completion_ids"].tolist(), small["advantages"].tolist()
+    ([[5, 6], [7, 0]], [1.0, 2.0])
+    """
+    if set(output) - ROW_KEYS - {"num_items_in_batch"} or size >= keep.numel():
+        return output
+    kept, dropped = keep.nonzero().flatten(), (~keep).nonzero().flatten()
+    rows = torch.cat([kept, dropped[: size - kept.numel()]]).sort().values  # (size,)
+    columns = output["completion_ids"].shape[1]
+    used = output["completion_mask"][rows].sum(0).nonzero()  # columns some remaining row attends to
+    width = int(used.max()) + 1 if used.numel() else columns
+    out = {}
+    for key, value in output.items():
+        if key == "num_items_in_batch":
+            out[key] = value
+            continue
+        value = value[rows.to(value.device)]
+        completion_aligned = key not in ("prompt_ids", "prompt_mask") and value.dim() == 2
+        out[key] = value[:, :width] if completion_aligned and value.shape[1] == columns else value
+    return out
+
+
 class SNRFilterGRPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` that trains only on the prompt groups ``mirl.filtering.select_groups`` keeps.
 
     Args:
-        *args, **kwargs: those of ``trl.GRPOTrainer``.
-        filter_config: mirl's ``filter`` block (a ``FilterConfig``) or a mapping with the same keys (``strategy``,
-            ``value``, ``mode``, ``statistic``, ``include_zero``, ...); None = mirl's defaults (linear top-p 0.9).
+        model, reward_funcs, **kwargs: those of ``trl.GRPOTrainer``.
+        args: an :class:`~mirl.integrations.trl.SNRFilterGRPOConfig`; its ``filter_*`` fields are mirl's ``filter``
+            block and ``filter_strategy`` must be set (``"none"`` trains unfiltered).
 
-    Equivalence (module docstring): for ``loss_type`` in ``dapo``, ``cispo``, ``vespo``, ``bnpo`` one step equals
-    a ``GRPOTrainer`` step on a batch of the kept groups only; ``grpo``, ``sapo``, ``luspo`` and ``dr_grpo``
-    average over a fixed row count and are scaled by ``kept_rows / B`` (warned once). With
-    ``strategy="none"`` nothing is touched and the step is bitwise that of ``GRPOTrainer``.
+    Equivalence (module docstring): for ``loss_type`` in ``dapo``, ``cispo``, ``vespo`` one step equals a
+    ``GRPOTrainer`` step on a batch of the kept groups only; other loss types are warned about once. With
+    ``filter_strategy="none"`` nothing is touched and the step is bitwise that of ``GRPOTrainer``.
 
-    Selection happens on the gathered rewards, identically on every process; each process masks its own slice.
     The ``filter/*`` metrics (same names and meanings as the native trainer) go to TRL's logger;
     ``groups_too_coarse`` is not among them and those groups count as ``groups_too_hard`` (telling them apart needs
     the parsed actions of every group, which TRL's batch does not carry).
     """
 
-    def __init__(self, *args, filter_config: FilterConfig | Mapping | None = None, **kwargs) -> None:
-        self.filter_config = as_filter_config(filter_config)
+    def __init__(self, model, reward_funcs=None, args: SNRFilterGRPOConfig | None = None, **kwargs) -> None:
+        if not isinstance(args, SNRFilterGRPOConfig):
+            raise TypeError(
+                "SNRFilterGRPOTrainer takes its filter from the training arguments: pass "
+                f"args=SNRFilterGRPOConfig(..., filter_strategy='top_p'), got {type(args).__name__}"
+            )
+        self.filter_config = args.filter_config
         filter_rows(torch.zeros(2), 2, self.filter_config)  # bad values fail here, not at step 1
+        refuse_unused_vllm(args, kwargs.get("rollout_func"))
         self._raw_rewards: torch.Tensor | None = None
         self.last_selection: Selection | None = None
         self.empty_streak = 0  # consecutive generation batches with nothing kept
-        super().__init__(*args, **kwargs)
+        self.unfiltered_batch: dict[str, torch.Tensor] = {}  # this process's token rows before filtering
+        super().__init__(model, reward_funcs, args, **kwargs)
         self._warn_inexact()
 
     def _warn_inexact(self) -> None:
         if self.filter_config.strategy == "none":
             return
-        if self.loss_type not in EXACT_LOSS_TYPES:
+        one_micro_batch = self.args.steps_per_generation == 1 and self.accelerator.num_processes == 1
+        if self.loss_type not in EXACT_LOSS_TYPES and not (self.loss_type == "bnpo" and one_micro_batch):
             warnings.warn(
-                f"SNRFilterGRPOTrainer: loss_type={self.loss_type!r} averages over a fixed number of rows, so dropped "
-                f"rows still dilute the loss by kept/B; use loss_type in {EXACT_LOSS_TYPES} for an exact filter",
+                f"SNRFilterGRPOTrainer: loss_type={self.loss_type!r} normalises per micro-batch, so the filtered "
+                f"step differs from a step on the kept groups only; use loss_type in {EXACT_LOSS_TYPES} for an "
+                "exact filter",
                 stacklevel=3,
             )
         batch_stats = self.scale_rewards not in EXACT_REWARD_SCALING
@@ -180,7 +231,7 @@ class SNRFilterGRPOTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
         if not self.model.training or self.filter_config.strategy == "none":
-            return output
+            return output  # the same on every process: training mode and the config are shared
         selection, rows = filter_rows(self._raw_rewards, self.num_generations, self.filter_config)  # (N,)
         self.last_selection = selection
         self.empty_streak = self.empty_streak + 1 if selection.empty else 0
@@ -189,6 +240,7 @@ class SNRFilterGRPOTrainer(GRPOTrainer):
         for key, value in metrics.items():
             self._metrics["train"][f"filter/{key}"].append(float(value))
         keep = local_rows(rows, self.accelerator.process_index, output["advantages"].shape[0])  # (B,)
-        if bool(keep.all()):
-            return output
-        return mask_dropped_rows(output, keep, self.accelerator.gather)
+        self.unfiltered_batch = {key: output[key] for key in UNFILTERED_KEYS}  # what the diagnostics score
+        output = mask_dropped_rows(output, keep, self.accelerator.gather)  # a collective: every process, always
+        size = train_rows(rows, self.accelerator.num_processes, self.args.steps_per_generation)
+        return compact_rows(output, keep, size)
