@@ -127,3 +127,16 @@ def test_core_imports_only_torch_the_standard_library_and_itself():
                     top in sys.stdlib_module_names or top == "torch" or name.startswith("mirl.algorithms")
                 )
                 assert allowed, f"{path.name} imports {name}"
+
+
+def test_credit_needs_the_estimator_it_builds_on():
+    assert get_preset("grpo", credit="step_groups").credit == "step_groups"
+    assert get_preset("ppo", credit="bilevel_gae", credit_lam=0.9).credit_lam == 0.9
+    with pytest.raises(ValueError, match="credit 'bilevel_gae' works with the 'gae' estimator"):
+        get_preset("grpo", credit="bilevel_gae")
+    with pytest.raises(ValueError, match="credit 'turn' works with the 'grpo' estimator"):
+        get_preset("dapo", credit="turn")
+    with pytest.raises(ValueError, match="unknown preset 'grpo': credit 'steps'"):
+        get_preset("grpo", credit="steps")
+    with pytest.raises(ValueError, match="step_weight >= 0"):
+        get_preset("grpo", credit="step_groups", step_weight=-1.0)

@@ -18,6 +18,7 @@ HEADLINE = (
     "diag/trajectory/est/retrieval_acc",
     "train/entropy",
     "filter/kept_ratio",
+    "filter/groups_zero_spread_turn_signal",
 )
 
 
