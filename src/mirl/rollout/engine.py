@@ -20,9 +20,8 @@ Per-turn rules (REFERENCE §7):
   else "terminated" / "truncated"), when the budget is spent ("action_budget"), after ``config.max_turns`` turns
   (1 for single-turn envs; "max_turns"), or when even the current turn alone does not fit in the context budget
   with room for one reply token ("context_length"). ``success`` is ``info["success"]`` of the last executed step.
-- Each turn records its own reward (env rewards of its executed actions plus the penalty) and the env's
-  ``info["state_key"]`` of the state it started from (reset's info, then the last executed step's; None when
-  the env gives none): the per-turn record that turn-level credit reads.
+- Each turn records its reward (its actions' env rewards plus the penalty) and the ``info["state_key"]`` of the
+  state it started from (from reset or the last executed step; None if the env gives none).
 
 Context budget: ``limit = min(config.max_context_tokens, policy.max_positions)`` (a warning says when the model's
 positions are the smaller) bounds context + reply. Each generate call carries ``max_total_tokens = limit``; a reply

@@ -15,7 +15,7 @@ plugin only at debug level, so :data:`NAMES` lets a check (``mirl verl-config``,
 
 from __future__ import annotations
 
-from mirl.integrations.verl import agent_loop, sampler, trainer
+from mirl.integrations.verl import agent_loop, credit, sampler, trainer  # noqa: F401 (credit registers estimators)
 
 NAMES = {"agent_loop": agent_loop.AGENT_NAME, "trainer": trainer.TRAINER_NAME}
 SAMPLER = {"path": f"pkg://{sampler.__name__}", "name": sampler.SNRFilterSampler.__name__}
