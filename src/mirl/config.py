@@ -120,6 +120,16 @@ class AlgorithmConfig:
     gamma: float | None = None
     # GAE lambda; None = preset
     lam: float | None = None
+    # credit assignment (docs/credit.md): "episode" (every turn gets its episode's advantage), "turn" (turn
+    # returns-to-go normalised in the group; grpo/dr_grpo), "step_groups" (episode advantage + GiGPO step groups
+    # over identical env states; grpo/dr_grpo), "bilevel_gae" (turn-level then token-level GAE; ppo/dapo)
+    credit: str = "episode"
+    # discount per turn of the turn-level returns (turn, step_groups) and of the turn-level GAE (bilevel_gae)
+    credit_gamma: float = 1.0
+    # turn-level GAE lambda (bilevel_gae)
+    credit_lam: float = 1.0
+    # weight of the normalised step-group advantage added to the episode advantage (step_groups)
+    step_weight: float = 1.0
     # actor learning rate (AdamW)
     actor_lr: float = 1e-6
     # critic learning rate (AdamW)
@@ -158,6 +168,10 @@ class FilterConfig:
     mode: str = "linear"
     # per-group score: "std" (reference), "var", "mean", "sum"
     statistic: str = "std"
+    # what the score measures: "episode" (episode returns, the paper) or "turn" (the turn-level advantages of
+    # algorithm.credit, the turn estimator's for episode / bilevel_gae credit: tied episodes can still carry
+    # step-level signal); "turn" needs statistic std or var
+    signal: str = "episode"
     # keep zero-score groups in the ranking (reference default true; recommended false)
     include_zero: bool = False
     # rank largest scores first; false inverts every ranking

@@ -22,6 +22,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "algorithm.preset": ("ppo", "dapo", "grpo", "dr_grpo"),
     "algorithm.kl_kind": ("k1", "k2", "k3"),
     "algorithm.loss_scaling": ("none", "linear", "sqrt"),
+    "algorithm.credit": ("episode", "turn", "step_groups", "bilevel_gae"),
+    "filter.signal": ("episode", "turn"),
     "filter.strategy": ("top_p", "top_k", "top_k_abs", "min_p", "band", "none"),
     "filter.mode": ("linear", "softmax"),
     "filter.statistic": ("std", "var", "mean", "sum"),
@@ -99,6 +101,9 @@ RANGES: dict[str, Range] = {
     "algorithm.kl_coef": NON_NEGATIVE,
     "algorithm.gamma": PROBABILITY,
     "algorithm.lam": PROBABILITY,
+    "algorithm.credit_gamma": PROBABILITY,
+    "algorithm.credit_lam": PROBABILITY,
+    "algorithm.step_weight": NON_NEGATIVE,
     "algorithm.actor_lr": NON_NEGATIVE,
     "algorithm.critic_lr": NON_NEGATIVE,
     "algorithm.weight_decay": NON_NEGATIVE,
@@ -206,6 +211,7 @@ def _check_relations(config: Config) -> None:
             f"rollout.group_size must be >= 2 for group advantages, got {config.rollout.group_size}; "
             "set rollout.group_size=8 or algorithm.preset=ppo"
         )
+    _check_credit(config)
     if config.model.backend == "vllm" and config.rollout.top_p < 1.0:
         raise ConfigError(
             f"model.backend=vllm needs rollout.top_p=1 (vLLM reports log-probs after top-p truncation), got "
@@ -220,6 +226,25 @@ def _check_relations(config: Config) -> None:
         raise ConfigError(
             f"filter.trajectories_per_group must be <= rollout.group_size ({config.rollout.group_size}), "
             f"got {config.filter.trajectories_per_group}"
+        )
+
+
+def _check_credit(config: Config) -> None:
+    """A turn-level credit needs the estimator it is built on (mirl.algorithms.CREDIT_ESTIMATOR)."""
+    from mirl.algorithms import CREDIT_ESTIMATOR, PRESETS
+
+    credit, preset = config.algorithm.credit, config.algorithm.preset
+    needed = CREDIT_ESTIMATOR[credit]
+    allowed = tuple(name for name, p in PRESETS.items() if needed in (None, p.estimator))
+    if preset not in allowed:
+        raise ConfigError(
+            f"algorithm.credit={credit} works with algorithm.preset {' or '.join(allowed)}, got {preset}; "
+            f"set algorithm.preset={allowed[0]} or algorithm.credit=episode"
+        )
+    if config.filter.signal == "turn" and config.filter.statistic not in ("std", "var"):
+        raise ConfigError(
+            f"filter.signal=turn scores groups by the spread of turn advantages (filter.statistic std or var), got "
+            f"filter.statistic={config.filter.statistic}; set filter.statistic=std or filter.signal=episode"
         )
 
 

@@ -62,6 +62,9 @@ class Turn:
     actions_valid: bool  # format_valid and every action legal
     # "stop", "eos", "length" (max_new_tokens) or "context" (cut at the context budget / the model's positions)
     finish_reason: str = "stop"
+    # the env's ``info["state_key"]`` for the state this turn starts from (equal keys = identical env states,
+    # within one instance); None when the env gives none. Step-level credit groups turns by it.
+    state_key: str | None = None
 
     @property
     def reasoning_ids(self) -> tuple[int, ...]:
@@ -102,6 +105,11 @@ class Episode:
     def num_turns(self) -> int:
         return len(self.turns)
 
+    @property
+    def turn_rewards(self) -> tuple[float, ...]:
+        """Each turn's reward in order; they sum to :attr:`total_reward`."""
+        return tuple(turn.reward for turn in self.turns)
+
 
 @dataclass(frozen=True)
 class RolloutBatch:
@@ -109,7 +117,8 @@ class RolloutBatch:
 
     ``old_logprobs[b, t]`` is the sampled log-prob of ``input_ids[b, t]`` where ``response_mask[b, t]``;
     it is 0 elsewhere and must never be read there. ``token_rewards`` holds the episode return on the last
-    response token of each row.
+    response token of each row; ``turn_rewards`` holds each turn's own reward on that turn's last response token
+    (per-turn credit reads it; episode-level methods never do).
     """
 
     input_ids: torch.Tensor  # (B, T) long
@@ -121,6 +130,7 @@ class RolloutBatch:
     group_ids: torch.Tensor  # (B,) long: prompt group p of the row
     episode_ids: torch.Tensor  # (B,) long: index of the row's episode in the collated list
     turn_ids: torch.Tensor  # (B, T) long: turn number of each response token, -1 elsewhere
+    turn_rewards: torch.Tensor  # (B, T) float: turn i's reward on turn i's last response token, 0 elsewhere
 
     @property
     def num_rows(self) -> int:

@@ -5,7 +5,7 @@ import importlib
 
 import pytest
 
-MODULES = ["_table", "masked", "advantages", "aggregation", "losses", "logits", "presets"]
+MODULES = ["_table", "masked", "advantages", "credit", "aggregation", "losses", "logits", "presets"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -154,3 +154,16 @@ def test_the_config_knob_reaches_the_preset():
 
     assert resolve_preset(load_config(None, ["algorithm.preset=grpo"]).algorithm).task_coef == 1.0
     assert resolve_preset(load_config(None, ["algorithm.task_coef=0"]).algorithm).task_coef == 0.0
+
+
+def test_credit_needs_the_estimator_it_builds_on():
+    assert get_preset("grpo", credit="step_groups").credit == "step_groups"
+    assert get_preset("ppo", credit="bilevel_gae", credit_lam=0.9).credit_lam == 0.9
+    with pytest.raises(ValueError, match="credit 'bilevel_gae' works with the 'gae' estimator"):
+        get_preset("grpo", credit="bilevel_gae")
+    with pytest.raises(ValueError, match="credit 'turn' works with the 'grpo' estimator"):
+        get_preset("dapo", credit="turn")
+    with pytest.raises(ValueError, match="unknown preset 'grpo': credit 'steps'"):
+        get_preset("grpo", credit="steps")
+    with pytest.raises(ValueError, match="step_weight >= 0"):
+        get_preset("grpo", credit="step_groups", step_weight=-1.0)

@@ -155,9 +155,40 @@ class CaseSensitive(Counter):
         return action if action == "Inc" else None
 
 
+class KeyedCounter(Counter):
+    """Counter with a state key: the value."""
+
+    def reset(self, *, seed=None, options=None):
+        observation, info = super().reset(seed=seed)
+        return observation, info | {"state_key": str(self.value)}
+
+    def step(self, action):
+        *result, info = super().step(action)
+        return *result, info | {"state_key": str(self.value)}
+
+
+class KeyOnlyAtReset(KeyedCounter):
+    def step(self, action):
+        *result, info = super().step(action)
+        del info["state_key"]
+        return *result, info
+
+
+class InvalidActionMovesKey(KeyedCounter):
+    def step(self, action):
+        *result, info = super().step(action)
+        return *result, info | {"state_key": info["state_key"] + ("" if self.parse_action(action) else "!")}
+
+
+def test_checker_accepts_state_keys():
+    check_env(KeyedCounter())
+
+
 @pytest.mark.parametrize(
     ("broken", "message"),
     [
+        (KeyOnlyAtReset, r"info\['state_key'\] must be a string"),
+        (InvalidActionMovesKey, "changed state_key"),
         (UsesGlobalRandom, "global random state"),
         (InvalidActionCounts, "must leave the state unchanged"),
         (MissingInfoKey, "action_effective"),

@@ -38,9 +38,10 @@ def test_seed_0_by_hand():
     env = make("frozenlake", success_rate=1.0)
     observation, info = env.reset(seed=0)
     # start (1, 0), goal (1, 1), one hole at (2, 1)
-    assert observation == SEED_0_GRID and info == {"success": False}
+    assert observation == SEED_0_GRID and info == {"success": False, "state_key": "P1,0"}
     observation, reward, terminated, _, info = env.step("Down")
     assert (observation, reward, terminated) == ("____\n_G__\nPO__\n____", 0.0, False)
+    assert info["state_key"] == "P2,0"  # the player's cell after the step
     observation, reward, terminated, _, info = env.step("RIGHT")  # into the hole
     assert (observation, reward, terminated, info["success"]) == ("____\n_G__\n_X__\n____", 0.0, True, False)
     env.reset(seed=0)
@@ -116,11 +117,12 @@ def test_success_rate_zero_always_slips_sideways():
 
 def test_invalid_action_draws_nothing_and_changes_nothing():
     env = make("frozenlake")
-    observation, _ = env.reset(seed=4)
+    observation, reset_info = env.reset(seed=4)
     state = env.np_random.bit_generator.state
     result = env.step("Jump")
     assert result[:4] == (observation, 0.0, False, False)
-    assert result[4] == {"success": False, "action_valid": False, "action_effective": False}
+    key = reset_info["state_key"]  # the state key stays the reset's
+    assert result[4] == {"success": False, "action_valid": False, "action_effective": False, "state_key": key}
     assert env.np_random.bit_generator.state == state
 
 

@@ -66,9 +66,12 @@ def test_seed_3_by_hand():
     assert observation == SEED_3_GRID
     # player (2, 2), box (2, 3), target (3, 2): walk round to (2, 4), push the box Left to (2, 2), walk to
     # (1, 2), push it Down onto (3, 2). 8 moves.
-    assert info == {"success": False, "optimal_moves": 8}
+    assert info == {"success": False, "optimal_moves": 8, "state_key": "P2,2 B2,3"}  # player cell, box cells
     moves = ["Up", "Right", "Right", "Down", "Left", "Up", "Left", "Down"]
-    rewards = [env.step(move)[1] for move in moves]
+    steps = [env.step(move) for move in moves]
+    rewards = [step[1] for step in steps]
+    assert steps[4][4]["state_key"] == "P2,3 B2,2"  # the Left push moved the box to (2, 2), the player behind it
+    assert steps[-1][4]["state_key"] == "P2,2 B3,2"
     # 7 moves at -0.1; the last: -0.1 step + 1 box on target + 10 all placed = 10.9; return 10.9 - 0.7 = 10.2
     assert rewards[:-1] == [-0.1] * 7
     assert rewards[-1] == pytest.approx(10.9, rel=1e-12)

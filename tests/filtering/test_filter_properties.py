@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mirl.filtering
-from mirl.filtering import group_scores, metrics, rules, scores, select, select_groups, select_trajectories
+from mirl.filtering import group_scores, metrics, rules, scores, select, select_groups, select_trajectories, turns
 
 # quarter steps keep sums exact, so the properties test the rule and not float rounding
 score_lists = st.lists(st.integers(min_value=0, max_value=40).map(lambda n: n / 4), min_size=1, max_size=24)
@@ -144,7 +144,7 @@ def test_select_trajectories_keeps_the_extremes(num_groups, group_size, data):
                 assert row[~keep].min() >= row[bottom].max()
 
 
-@pytest.mark.parametrize("module", [mirl.filtering, select, scores, rules, metrics])
+@pytest.mark.parametrize("module", [mirl.filtering, select, scores, rules, metrics, turns])
 def test_doctests(module):
     result = doctest.testmod(module, verbose=False)
     assert result.failed == 0

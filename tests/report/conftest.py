@@ -99,6 +99,7 @@ def _metrics_line(iteration: int, total: int, envs, rng: np.random.Generator, om
             "filter/groups_too_hard": round(2 * (1 - t)),
             "filter/groups_too_coarse": 0,
             "filter/groups_mixed": 8 - round(3 * t) - round(2 * (1 - t)),
+            "filter/groups_zero_spread_turn_signal": round(2 * t),
         }
     if "diag" not in omit and (iteration == 1 or iteration % 5 == 0):
         line |= _diag(t, rng)

@@ -108,3 +108,35 @@ def test_engine_contexts_are_prefixes_of_the_collated_row(corridor, tok):
         assert (batch.input_ids[b, pad_from:] == tok.pad_token_id).all()
     masked = batch.old_logprobs[batch.response_mask]
     assert torch.allclose(masked, torch.full_like(masked, math.log(0.5)))
+
+
+def test_turn_rewards_sit_on_each_turns_last_token_and_sum_to_the_return():
+    batch = collate([NESTED, WINDOWED], pad_id=PAD)
+    # NESTED: turn 0 (reward 1.0) ends at position 4, turn 1 (-0.5) at 7; WINDOWED: one row per turn
+    assert batch.turn_rewards.tolist() == [
+        [0, 0, 0, 0, 1.0, 0, 0, -0.5],
+        [0, 0, 0, 0, 0.0, 0, 0, 0],
+        [0, 0, 0, 0, 0, 2.0, 0, 0],
+    ]
+    per_episode = torch.zeros(2).index_add_(0, batch.episode_ids, batch.turn_rewards.sum(dim=1))
+    assert per_episode.tolist() == [0.5, 2.0] == [NESTED.total_reward, WINDOWED.total_reward]
+    assert not batch.turn_rewards[~batch.response_mask].any()
+    per_turn = collate([NESTED], pad_id=PAD, per_turn=True)  # the per-turn layout of the same episode
+    assert per_turn.turn_rewards.sum(dim=1).tolist() == [1.0, -0.5]
+
+
+def test_episode_level_advantages_never_read_the_turn_rewards():
+    import dataclasses
+
+    from mirl.algorithms import compute_advantages, get_preset
+
+    batch = collate([NESTED, WINDOWED], pad_id=PAD)
+    scrambled = dataclasses.replace(batch, turn_rewards=torch.randn_like(batch.turn_rewards))
+    values = torch.randn(batch.input_ids.shape)  # (B, T)
+    returns = torch.tensor([[0.5], [2.0], [2.0]])  # one return per row: (P=3, K=1)
+    for name, kwargs in (("ppo", {"values": values, "token_rewards": batch.token_rewards}), ("grpo", {})):
+        preset = get_preset(name)
+        first = compute_advantages(preset, group_returns=returns, mask=batch.response_mask, **kwargs)
+        again = compute_advantages(preset, group_returns=returns, mask=scrambled.response_mask, **kwargs)
+        assert torch.equal(first[0], again[0])
+    assert torch.equal(batch.token_rewards, scrambled.token_rewards) and torch.equal(batch.returns, scrambled.returns)

@@ -42,7 +42,7 @@ def test_records_hold_the_documented_keys(tmp_path, episodes):
     }  # fmt: skip
     assert set(first["turns"][0]) == {
         "context_ids", "response_ids", "response_logprobs", "response_text", "observation", "reasoning_span",
-        "actions", "reward", "format_valid", "actions_valid", "finish_reason",
+        "actions", "reward", "format_valid", "actions_valid", "finish_reason", "state_key",
     }  # fmt: skip
     assert first["iteration"] == 3 and first["options"] == {"length": 5}
     assert first["return"] == episodes[0].total_reward
@@ -82,3 +82,36 @@ def test_lines_that_are_not_objects_fail_with_the_line_number(tmp_path):
     path.write_text(json.dumps({"schema": 1}) + "\n[1]\n")
     with pytest.raises(ValueError, match=r"bad.jsonl:2: .*\(not a JSON object\)"):
         read_records(path)
+
+
+def test_turns_keep_their_rewards_and_state_keys_through_a_file(tmp_path, tok):
+    policy = ScriptedPolicy(tok, [reply("Up"), reply("Jump")] + [reply("Left")] * 4)
+    episodes = run_episodes(policy, [EnvSpec("sokoban", 3)], 2, config(max_turns=2), sampling_seed=0)
+    read = read_episodes(write_episodes(tmp_path / "r.jsonl", episodes))
+    assert read == episodes
+    first = read[0]
+    # turn 0 starts from the reset state; turn 1 from the state after Up (player (1, 2))
+    assert [turn.state_key for turn in first.turns] == ["P2,2 B2,3", "P1,2 B2,3"]
+    assert first.turn_rewards == (-0.1, -0.1) and first.total_reward == sum(first.turn_rewards)
+
+
+def test_files_written_before_state_keys_read_back_with_none(tmp_path, episodes):
+    path = write_episodes(tmp_path / "r.jsonl", episodes)
+    old = []
+    for record in read_records(path):
+        for turn in record["turns"]:
+            del turn["state_key"]
+        old.append(json.dumps(record))
+    path.write_text("\n".join(old) + "\n")
+    read = read_episodes(path)
+    assert all(turn.state_key is None for episode in read for turn in episode.turns)
+    assert [e.turn_rewards for e in read] == [e.turn_rewards for e in episodes]
+
+
+def test_a_state_key_that_is_not_a_string_is_refused(tmp_path, episodes):
+    path = write_episodes(tmp_path / "r.jsonl", episodes[:1])
+    record = read_records(path)[0]
+    record["turns"][0]["state_key"] = [1, 2]
+    path.write_text(json.dumps(record) + "\n")
+    with pytest.raises(ValueError, match="state_key must be a string or null"):
+        read_episodes(path)

@@ -1,4 +1,4 @@
-"""The numeric RL core: advantages, losses, aggregation, presets. Torch and math only.
+"""The numeric RL core: advantages (episode- and turn-level credit), losses, aggregation, presets. Torch and math only.
 
 Nothing here imports a model, tokenizer, config or logger: arguments are tensors and numbers, so the native
 trainer and the integrations share one implementation and tests check it with hand-made tensors.
@@ -6,6 +6,14 @@ trainer and the integrations share one implementation and tests check it with ha
 
 from mirl.algorithms.advantages import gae_advantages, grpo_advantages, returns_on_last_token, whiten
 from mirl.algorithms.aggregation import AGGREGATIONS, aggregate, aggregation_normaliser
+from mirl.algorithms.credit import (
+    CREDIT_ESTIMATOR,
+    bilevel_gae,
+    discounted_returns,
+    step_group_advantages,
+    turn_return_advantages,
+    turn_values_on_tokens,
+)
 from mirl.algorithms.logits import entropy_from_logits, logprobs_from_logits
 from mirl.algorithms.losses import KL_ESTIMATORS, kl_penalty, policy_loss, value_loss
 from mirl.algorithms.masked import masked_mean, masked_sum, masked_var
@@ -21,11 +29,14 @@ from mirl.algorithms.presets import (
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "AGGREGATIONS",
+    "CREDIT_ESTIMATOR",
     "KL_ESTIMATORS",
     "PRESETS",
     "AlgorithmPreset",
     "aggregate",
     "aggregation_normaliser",
+    "bilevel_gae",
+    "discounted_returns",
     "compute_advantages",
     "entropy_from_logits",
     "gae_advantages",
@@ -39,6 +50,9 @@ __all__ = [
     "masked_var",
     "policy_loss",
     "returns_on_last_token",
+    "step_group_advantages",
+    "turn_return_advantages",
+    "turn_values_on_tokens",
     "value_loss",
     "whiten",
 ]

@@ -28,6 +28,7 @@ from torch import Tensor
 from mirl.algorithms._table import did_you_mean, lookup
 from mirl.algorithms.advantages import gae_advantages, grpo_advantages, returns_on_last_token, whiten
 from mirl.algorithms.aggregation import AGGREGATIONS
+from mirl.algorithms.credit import CREDIT_ESTIMATOR
 from mirl.algorithms.losses import KL_ESTIMATORS
 from mirl.algorithms.masked import check_mask
 
@@ -54,11 +55,21 @@ class AlgorithmPreset:
     value_clip: float | None = 0.5  # largest move of a value from its old estimate that gets a gradient
     gamma: float = 1.0  # discount per trained token (gae)
     lam: float = 1.0  # GAE lambda (gae)
+    credit: str = "episode"  # credit assignment, a key of CREDIT_ESTIMATOR (mirl.algorithms.credit)
+    credit_gamma: float = 1.0  # discount per turn of turn-level returns (turn, step_groups) and turn-level GAE
+    credit_lam: float = 1.0  # turn-level GAE lambda (bilevel_gae)
+    step_weight: float = 1.0  # weight of the step-group advantage (step_groups)
 
     def __post_init__(self) -> None:
         lookup(ADVANTAGE_ESTIMATORS, self.estimator, f"preset {self.name!r}: advantage estimator")
         lookup(AGGREGATIONS, self.agg, f"preset {self.name!r}: aggregation")
         lookup(KL_ESTIMATORS, self.kl_kind, f"preset {self.name!r}: KL estimator")
+        needed = lookup(CREDIT_ESTIMATOR, self.credit, f"preset {self.name!r}: credit")
+        if needed is not None and needed != self.estimator:
+            raise ValueError(
+                f"preset {self.name!r}: credit {self.credit!r} works with the {needed!r} estimator, got "
+                f"{self.estimator!r}; pick a preset with {needed!r} ({CREDIT_PRESETS[needed]}) or credit='episode'"
+            )
         if self.estimator == "gae" and not self.use_critic:
             raise ValueError(
                 f"preset {self.name!r}: estimator 'gae' needs values; set use_critic=True or estimator='grpo'"
@@ -71,10 +82,16 @@ class AlgorithmPreset:
             "kl_coef >= 0 and entropy_coef >= 0": self.kl_coef >= 0.0 and self.entropy_coef >= 0.0,
             "task_coef >= 0": self.task_coef >= 0.0,
             "0 <= gamma <= 1 and 0 <= lam <= 1": 0.0 <= self.gamma <= 1.0 and 0.0 <= self.lam <= 1.0,
+            "0 <= credit_gamma <= 1 and 0 <= credit_lam <= 1": 0.0 <= self.credit_gamma <= 1.0
+            and 0.0 <= self.credit_lam <= 1.0,
+            "step_weight >= 0": self.step_weight >= 0.0,
         }
         broken = [rule for rule, holds in checks.items() if not holds]
         if broken:
             raise ValueError(f"preset {self.name!r} breaks {broken}: {self}")
+
+
+CREDIT_PRESETS = {"grpo": "grpo, dr_grpo", "gae": "ppo, dapo"}
 
 
 def _check_rows(group_returns: Tensor, mask: Tensor) -> None:

@@ -153,6 +153,8 @@ def check_episode_record(record: dict) -> str | None:
         length = len(turn["response_ids"])
         if len(turn["response_logprobs"]) != length:
             return f"field 'turns[{t}].response_logprobs' must have one entry per response id ({length})"
+        if turn.get("state_key") is not None and not isinstance(turn["state_key"], str):
+            return f"field 'turns[{t}].state_key' must be a string or null, got {_short(turn['state_key'])}"
         span = turn["reasoning_span"]
         if span is not None and not 0 <= span[0] <= span[1] <= length:
             return f"field 'turns[{t}].reasoning_span' must satisfy 0 <= start <= end <= {length}, got {span}"

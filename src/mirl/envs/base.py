@@ -9,8 +9,10 @@ An environment is a Gymnasium environment whose observations and actions are str
 - ``render() -> str`` is the current state text, exactly what the agent would be shown.
 
 ``info`` always carries ``success`` (bool), ``action_valid`` (the action was legal and parsed) and
-``action_effective`` (it changed the state). An illegal action never raises: it leaves the state unchanged,
-returns reward 0 and ``action_valid=False``.
+``action_effective`` (it changed the state). Envs whose states repeat (the grid worlds, WebShop's pages) also put
+``state_key`` (a string) in the info of ``reset`` and of every ``step``: equal keys within one instance mean
+identical states, which step-level credit groups turns by. An illegal action never raises: it leaves the state
+unchanged, returns reward 0 and ``action_valid=False``.
 
 Observation and action spaces are :class:`AnyText`: a ``gymnasium.spaces.Text`` that accepts every string up to
 its length limit (``Text`` alone accepts only alphanumerics, which no grid or question fits) and samples

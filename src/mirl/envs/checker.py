@@ -8,7 +8,8 @@ What is checked, in order (each failure raises :class:`ContractError` naming the
 3. steps over a probe script (the legal words in turn, in odd case and padding, and junk text): every return
    has the right types, ``info`` holds bool ``success``/``action_valid``/``action_effective``, ``render()``
    equals the observation, and an illegal word leaves the state unchanged with reward 0 and
-   ``action_valid=False`` (envs with ``action_words`` only: free-form envs judge their own text);
+   ``action_valid=False`` (envs with ``action_words`` only: free-form envs judge their own text); an env whose
+   reset info has ``state_key`` gives a string key in every step's info, unchanged by an illegal word;
 4. determinism: the same seed gives the same transcript twice, and ``" LEFT "`` acts exactly like ``"Left"``;
 5. no global random state (``random``, ``numpy.random``, and ``torch`` when loaded) is read or written;
 6. Gymnasium's own ``gymnasium.utils.env_checker.check_env`` passes, warnings included.
@@ -129,13 +130,25 @@ def _check_step(env: TextEnv, action: str, before: str, result: Any) -> None:
 
 
 def _check_steps(env: TextEnv, seed: int) -> None:
-    env.reset(seed=seed)
+    key = env.reset(seed=seed)[1].get("state_key")
     for action in probe_actions(env):
         before = env.render()
         result = env.step(action)
         _check_step(env, action, before, result)
+        key = _check_state_key(env, action, key, result[4])
         if result[2] or result[3]:
             break
+
+
+def _check_state_key(env: TextEnv, action: str, before: Any, info: dict) -> Any:
+    """An env with a reset ``state_key`` keeps giving string keys; an illegal word leaves the key as it was."""
+    if before is None:
+        return None
+    key = info.get("state_key")
+    _require(isinstance(key, str), f"{env.name}.step info['state_key'] must be a string like reset's, got {key!r}")
+    if env.action_words is not None and env.parse_action(action) is None:
+        _require(key == before, f"{env.name}: the illegal action {action!r} changed state_key {before!r} -> {key!r}")
+    return key
 
 
 def _check_determinism(env: TextEnv, seed: int) -> None:

@@ -14,6 +14,7 @@ from mirl.filtering.metrics import selection_metrics, spread_ratio
 from mirl.filtering.rules import RULES, TOP_P_MODES, rank_groups
 from mirl.filtering.scores import STATISTICS, ZERO_SPREAD, classify_groups, group_scores, group_spread
 from mirl.filtering.select import Selection, select_groups, select_trajectories
+from mirl.filtering.turns import turn_signal_metrics, turn_spread
 
 __all__ = [
     "RULES",
@@ -29,4 +30,6 @@ __all__ = [
     "select_trajectories",
     "selection_metrics",
     "spread_ratio",
+    "turn_signal_metrics",
+    "turn_spread",
 ]

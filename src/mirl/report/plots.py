@@ -237,7 +237,8 @@ def _lines(ax: Axes, metrics: Metrics, keys: tuple[tuple[str, str], ...]) -> lis
 
 
 def filter_figure(metrics: Metrics) -> tuple[Figure | None, list[str]]:
-    """Kept fraction, in-group spread before/after, spread ratio std/mean, and group label counts."""
+    """Kept fraction, in-group spread before/after, spread ratio std/mean, and group label counts (with the groups
+    whose episodes tie but whose turn-level advantages differ, docs/credit.md)."""
     if not metrics.matching(r"filter/.+"):
         return None, ["no filter/... metrics logged"]
     figure, axes = new_figure(2, 2, 11, 6.5)
@@ -256,6 +257,7 @@ def filter_figure(metrics: Metrics) -> tuple[Figure | None, list[str]]:
                 ("filter/groups_too_hard", "too hard"),
                 ("filter/groups_too_coarse", "too coarse"),
                 ("filter/groups_mixed", "mixed (non-zero spread)"),
+                ("filter/groups_zero_spread_turn_signal", "zero spread, turn-level signal"),
             ),
             "group labels",
             "groups",

@@ -9,7 +9,9 @@ episode return. ``collate(..., per_turn=True)`` forces the per-turn layout for e
 Masks and values. ``response_mask`` is True exactly on sampled tokens (never on role headers, the pre-filled
 ``<think>``, or environment text); ``old_logprobs`` holds the sampled log-probs there and 0 elsewhere;
 ``turn_ids`` the 0-based turn index there and -1 elsewhere. ``token_rewards`` holds the episode return on the
-last sampled token of the episode's last row that has one, and 0 elsewhere. Rows are right-padded with
+last sampled token of the episode's last row that has one, and 0 elsewhere; ``turn_rewards`` holds each turn's
+own reward (``Turn.reward``) on that turn's last sampled token, and 0 elsewhere, so the turn rewards of an
+episode's rows sum to its return (the per-turn credit of ``docs/credit.md`` reads them). Rows are right-padded with
 ``pad_id``; ``attention_mask`` is False on padding. Turns with no sampled token add no per-turn row, and an
 episode with no sampled token at all adds no row.
 """
@@ -70,6 +72,7 @@ def collate(episodes: Sequence[Episode], *, pad_id: int = 0, per_turn: bool = Fa
     old_logprobs = torch.zeros(num_rows, length, dtype=torch.float32)  # (B, T)
     token_rewards = torch.zeros(num_rows, length, dtype=torch.float32)  # (B, T)
     turn_ids = torch.full((num_rows, length), -1, dtype=torch.long)  # (B, T)
+    turn_rewards = torch.zeros(num_rows, length, dtype=torch.float32)  # (B, T)
     last_position: dict[int, tuple[int, int]] = {}  # episode -> (row, position) of its last sampled token
     for b, row in enumerate(rows):
         input_ids[b, : len(row.ids)] = torch.tensor(row.ids, dtype=torch.long)
@@ -84,6 +87,7 @@ def collate(episodes: Sequence[Episode], *, pad_id: int = 0, per_turn: bool = Fa
             response_mask[b, start:end] = True
             old_logprobs[b, start:end] = torch.tensor(turn.response_logprobs, dtype=torch.float32)
             turn_ids[b, start:end] = turn_index
+            turn_rewards[b, end - 1] = turn.reward
             last_position[row.episode] = (b, end - 1)
     for row in rows:
         b, position = last_position[row.episode]
@@ -98,4 +102,5 @@ def collate(episodes: Sequence[Episode], *, pad_id: int = 0, per_turn: bool = Fa
         group_ids=torch.tensor([row.group for row in rows], dtype=torch.long),  # (B,)
         episode_ids=torch.tensor([row.episode for row in rows], dtype=torch.long),  # (B,)
         turn_ids=turn_ids,
+        turn_rewards=turn_rewards,
     )

@@ -20,6 +20,8 @@ Per-turn rules (REFERENCE §7):
   else "terminated" / "truncated"), when the budget is spent ("action_budget"), after ``config.max_turns`` turns
   (1 for single-turn envs; "max_turns"), or when even the current turn alone does not fit in the context budget
   with room for one reply token ("context_length"). ``success`` is ``info["success"]`` of the last executed step.
+- Each turn records its reward (its actions' env rewards plus the penalty) and the ``info["state_key"]`` of the
+  state it started from (from reset or the last executed step; None if the env gives none).
 
 Context budget: ``limit = min(config.max_context_tokens, policy.max_positions)`` (a warning says when the model's
 positions are the smaller) bounds context + reply. Each generate call carries ``max_total_tokens = limit``; a reply
@@ -126,6 +128,8 @@ class _Live:
     turns: list[Turn] = field(default_factory=list)
     start: int = 0  # first kept turn in full mode
     unchanged: bool = False
+    state_key: str | None = None  # the env's info["state_key"] now (reset or last step), None if it gives none
+    shown_key: str | None = None  # the key of the state the current turn started from
     success: bool = False
     end_reason: str | None = None
 
@@ -203,7 +207,7 @@ def _validate(specs, group_size: int, config: RolloutConfig, sampling_seed: int 
 
 def _start(spec: EnvSpec, group: int, sample: int, fmt: ChatFormat, tokenizer, config: RolloutConfig) -> _Live:
     env = make(spec.env, **dict(spec.options))
-    observation, _ = env.reset(seed=spec.seed)
+    observation, info = env.reset(seed=spec.seed)
     cap = 1 if env.action_words is None else min(config.max_actions_per_turn, env.max_actions_per_turn)
     system_ids = encode(tokenizer, fmt.system_text(system_prompt(env, cap)))
     return _Live(
@@ -216,7 +220,14 @@ def _start(spec: EnvSpec, group: int, sample: int, fmt: ChatFormat, tokenizer, c
         max_turns=config.max_turns if env.multi_turn else 1,
         system_ids=system_ids,
         observation=observation,
+        state_key=_state_key(info),
     )
+
+
+def _state_key(info: dict) -> str | None:
+    """The env's ``info["state_key"]`` as a string (str of a hashable key), or None when absent."""
+    key = info.get("state_key")
+    return None if key is None else str(key)
 
 
 def _next_context(live: _Live, turn: int, fmt: ChatFormat, tokenizer, config: RolloutConfig, budget: _Budget):
@@ -335,14 +346,14 @@ def _step_all(lives: list[_Live], replies: list) -> list[tuple[str, float, int, 
 
 def _step_reply(live: _Live, parsed) -> tuple[str, float, int, bool]:
     """Step the reply's legal actions; ``(observation shown before, env reward, actions executed, all legal)``."""
-    shown = live.observation
+    shown, live.shown_key = live.observation, live.state_key
     env_reward, executed, good = 0.0, 0, parsed.all_legal
     for action, legal in zip(parsed.actions, parsed.legal, strict=True):
         if not legal or live.budget == 0 or live.end_reason is not None:
             continue
         observation, reward, terminated, truncated, info = live.env.step(action)
         env_reward += float(reward)
-        live.observation = observation
+        live.observation, live.state_key = observation, _state_key(info)
         live.success = bool(_info(info, "success", live.spec.env))
         if _info(info, "action_valid", live.spec.env):
             executed += 1
@@ -373,6 +384,7 @@ def _record(live: _Live, context, generation: Generation, text: str, parsed, ste
             format_valid=parsed.format_valid,
             actions_valid=good,
             finish_reason=generation.finish_reason,
+            state_key=live.shown_key,
         )
     )
     if live.end_reason is None and len(live.turns) >= live.max_turns:

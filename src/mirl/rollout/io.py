@@ -7,7 +7,8 @@ line, never a partial line. Each call copies the existing file, so keep one file
 ``runs/<name>/rollouts/`` does) rather than one ever-growing file.
 
 Floats are written with Python's shortest round-trip repr, so ``read_episodes(write_episodes(...))`` gives back
-equal episodes, log-probs included.
+equal episodes, log-probs included. Files written before turns carried ``state_key`` read back with
+``state_key=None`` (the key is optional on reading; the schema version is unchanged).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ _TURN_KEYS = (
     "format_valid",
     "actions_valid",
     "finish_reason",
+    "state_key",
 )
 
 
@@ -94,7 +96,14 @@ def _turn_from_record(record: dict) -> Turn:
         format_valid=record["format_valid"],
         actions_valid=record["actions_valid"],
         finish_reason=record["finish_reason"],
+        state_key=_optional_key(record.get("state_key")),
     )
+
+
+def _optional_key(value) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"turn state_key must be a string or null, got {type(value).__name__}")
+    return value
 
 
 def write_episodes(path: str | os.PathLike, episodes: Iterable[Episode], *, iteration: int | None = None) -> Path:

@@ -16,7 +16,7 @@ from mirl.diagnostics.groups import label_counts, label_groups
 from mirl.diagnostics.run import DiagnosticsState, is_scheduled, run_diagnostics
 from mirl.filtering import group_spread
 from mirl.rollout.prompts import EXAMPLE_REASONING
-from mirl.trainer import stages
+from mirl.trainer import credit, stages
 from mirl.trainer.early_stop import after_selection, after_validation
 from mirl.trainer.pace import PaceWatch
 from mirl.trainer.run import (
@@ -130,6 +130,7 @@ def run_iteration(
     with timer("rollout"), _work(sinks, "rollout", "turns") as progress:
         episodes, refills = stages.collect(policy, config, iteration, sampling_seed=seed, progress=progress)
     returns = stages.group_returns(episodes, P, K)  # (P, K)
+    turns = credit.turn_table(episodes, P, K)  # per-turn rewards and state keys, (P, K, U)
     metrics = stages.rollout_metrics(episodes) | {"rollout/refill_rounds": float(refills)}
     if config.diagnostics.enabled and is_scheduled(iteration, config.diagnostics.every):
         with timer("scoring"), _work(sinks, "scoring", "tokens") as progress:
@@ -144,9 +145,10 @@ def run_iteration(
                 format_reasoning=EXAMPLE_REASONING if config.rollout.format_example else None,
             )
     with timer("filter"):
-        selection, rows = stages.select(returns, config)
+        turn_scores, turn_metrics = credit.turn_signal(preset, turns, returns, config.filter.statistic)
+        selection, rows = stages.select(returns, config, turn_scores)
         labels = label_groups(episodes, returns, success_threshold=config.filter.success_threshold)
-    metrics |= {f"filter/{k}": v for k, v in (selection.metrics | label_counts(labels)).items()}
+    metrics |= {f"filter/{k}": v for k, v in (selection.metrics | label_counts(labels) | turn_metrics).items()}
     stop = after_selection(
         state.early_stop,
         config.trainer.early_stop,
@@ -158,7 +160,7 @@ def run_iteration(
     if batch is not None:
         metrics["filter/kept_trajectories"] = float(batch.num_rows)
         with timer("update"):
-            metrics |= train_on(batch, kept, returns, learner, preset, config, state, seed, timer)
+            metrics |= train_on(batch, kept, (returns, turns), learner, preset, config, state, seed, timer)
     save_rollouts(run_dir, config, iteration, episodes)
     log_groups(run_dir, iteration, episodes, returns, selection, labels)
     if is_due(iteration, config.validation.every, config):
@@ -169,9 +171,11 @@ def run_iteration(
     return _with_timing(metrics, timer, episodes, batch, config.algorithm.ppo_epochs), stop
 
 
-def train_on(batch, kept, returns, learner, preset, config: Config, state, seed: int, timer) -> dict:
-    """Advantages and the optimiser steps on the kept batch (plus the gradient decomposition when scheduled)."""
-    advantages, targets, old_values = stages.advantages(preset, batch, returns, kept, learner)
+def train_on(batch, kept, outcomes, learner, preset, config: Config, state, seed: int, timer) -> dict:
+    """Advantages by ``algorithm.credit`` and the optimiser steps on the kept batch (plus the gradient
+    decomposition, on the same advantages, when scheduled); ``outcomes`` = ((P, K) returns, turn table)."""
+    returns, turns = outcomes
+    advantages, targets, old_values = credit.advantages(preset, batch, returns, kept, learner, turns)
     scale = stages.LOSS_SCALES[config.algorithm.loss_scaling](batch.num_rows / returns.numel())
     inputs = UpdateInputs(
         batch,
@@ -182,7 +186,7 @@ def train_on(batch, kept, returns, learner, preset, config: Config, state, seed:
         stages.reference_logprobs(learner, batch),
         loss_scale=scale,
     )
-    metrics = stages.advantage_metrics(advantages, batch) | {
+    metrics = stages.advantage_metrics(advantages, batch) | credit.credit_metrics(advantages, batch) | {
         "train/loss_scale": scale,
         "train/lr": config.algorithm.actor_lr,
     }

@@ -13,11 +13,13 @@ from mirl.trainer.critic import Critic
 from mirl.trainer.update import Learner
 
 _PRESET_OVERRIDES = ("eps_low", "eps_high", "dual_clip", "agg", "entropy_coef", "kl_coef", "gamma", "lam")
+_CREDIT_FIELDS = ("credit", "credit_gamma", "credit_lam", "step_weight")
 
 
 def resolve_preset(config: AlgorithmConfig) -> AlgorithmPreset:
     """The named preset with every non-None override from the config applied."""
     overrides = {name: getattr(config, name) for name in _PRESET_OVERRIDES if getattr(config, name) is not None}
+    overrides |= {name: getattr(config, name) for name in _CREDIT_FIELDS}
     fixed = {"kl_kind": config.kl_kind, "value_clip": config.value_clip, "task_coef": config.task_coef}
     return get_preset(config.preset, **fixed, **overrides)
 

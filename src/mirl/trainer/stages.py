@@ -12,6 +12,7 @@ import torch
 from mirl.algorithms import AlgorithmPreset, gae_advantages, grpo_advantages, masked_mean, masked_var, whiten
 from mirl.config import Config, FilterConfig
 from mirl.filtering import Selection, select_groups, select_trajectories
+from mirl.filtering.metrics import selection_metrics
 from mirl.rollout import collate, run_episodes
 from mirl.trainer.specs import train_specs
 from mirl.types import Episode, RolloutBatch
@@ -84,15 +85,32 @@ def _spread(group: list[Episode]) -> float:
     return float(returns.std()) if len(returns) > 1 else 0.0
 
 
-def select(returns: torch.Tensor, config: Config) -> tuple[Selection, torch.Tensor]:
+def select(returns: torch.Tensor, config: Config, turn_scores: torch.Tensor | None = None):
     """Group selection (REFERENCE §4) and the (P, K) bool mask of trajectories to train on."""
-    return select_rows(returns, config.filter)
+    return select_rows(returns, config.filter, turn_scores)
 
 
-def select_rows(returns: torch.Tensor, f: FilterConfig) -> tuple[Selection, torch.Tensor]:
-    """:func:`select` for a ``filter`` block alone (the TRL integration holds no full config)."""
+def _turn_signal(returns: torch.Tensor, turn_scores: torch.Tensor | None) -> torch.Tensor:
+    if turn_scores is None:
+        raise ValueError("filter.signal=turn needs the turn-level scores (P,) of mirl.trainer.credit; pass them")
+    return turn_scores
+
+
+SIGNALS = {"episode": lambda returns, turn_scores: returns, "turn": _turn_signal}
+"""filter.signal -> what ``select_groups`` ranks: the (P, K) returns or the (P,) turn-level scores."""
+
+
+def select_rows(
+    returns: torch.Tensor, f: FilterConfig, turn_scores: torch.Tensor | None = None
+) -> tuple[Selection, torch.Tensor]:
+    """:func:`select` for a ``filter`` block alone (the TRL integration holds no full config).
+
+    With ``f.signal == "turn"`` the groups are ranked by ``turn_scores`` (P,) instead of the spread of ``returns``;
+    the spread and outcome metrics still describe the episode returns.
+    """
+    ranked = SIGNALS[f.signal](returns, turn_scores)
     selection = select_groups(
-        returns,
+        ranked,
         strategy=f.strategy,
         value=f.value,
         mode=f.mode,
@@ -103,6 +121,9 @@ def select_rows(returns: torch.Tensor, f: FilterConfig) -> tuple[Selection, torc
         band=(f.band_lo, f.band_hi) if f.strategy == "band" else None,
         success_threshold=f.success_threshold,
     )
+    if ranked.dim() == 1:  # ranked by scores alone: the spread and outcome metrics still describe the returns
+        metrics = selection_metrics(selection.scores, selection.keep, returns, f.success_threshold)
+        selection = dataclasses.replace(selection, metrics=metrics)
     rows = selection.keep[:, None].expand_as(returns).clone()  # (P, K)
     if f.trajectories_per_group > 0:
         rows &= select_trajectories(returns, f.trajectories_per_group)
@@ -123,15 +144,21 @@ def _episode_advantages(preset: AlgorithmPreset, batch: RolloutBatch, returns: t
 
 
 @torch.no_grad()
-def _gae(preset: AlgorithmPreset, batch: RolloutBatch, returns: torch.Tensor, kept, learner):
-    """ppo / dapo: GAE over the response tokens with the critic's values; env text is skipped, not discounted."""
+def critic_values(learner, batch: RolloutBatch) -> torch.Tensor:
+    """(B, T) the critic's values of the batch, in chunks of 8 rows."""
     device = next(learner.critic.parameters()).device
-    values = torch.cat(
+    return torch.cat(
         [
             learner.critic(batch.input_ids[rows].to(device), batch.attention_mask[rows].to(device)).cpu()
             for rows in torch.split(torch.arange(batch.num_rows), 8)
         ]
     )  # (B, T)
+
+
+@torch.no_grad()
+def _gae(preset: AlgorithmPreset, batch: RolloutBatch, returns: torch.Tensor, kept, learner):
+    """ppo / dapo: GAE over the response tokens with the critic's values; env text is skipped, not discounted."""
+    values = critic_values(learner, batch)  # (B, T)
     advantages, targets = gae_advantages(
         batch.token_rewards, values, batch.response_mask, gamma=preset.gamma, lam=preset.lam
     )

@@ -16,6 +16,10 @@ Actions:
 Reward:
     1 for the move that reaches the goal, else 0.
 
+State key:
+    ``info["state_key"]`` (reset and every step) is ``"P<row>,<col>"``, the player's cell: with the instance's
+    fixed lake, the whole state.
+
 Termination:
     Terminated in a hole or at the goal (``success`` = at the goal); truncated after ``max_steps`` calls to
     ``step`` (invalid actions count). Steps after the end change nothing and earn 0.
@@ -119,7 +123,7 @@ class FrozenLakeEnv(TextEnv):
         self.holes, self.start, self.goal = generate_lake(self.np_random, self.size, self.frozen_prob)
         self.player = self.start
         self.steps, self.done, self.truncated = 0, False, False
-        return self.render(), {"success": False}
+        return self.render(), {"success": False, "state_key": self.state_key()}
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
         if self.holes is None:
@@ -127,7 +131,7 @@ class FrozenLakeEnv(TextEnv):
         word = self.parse_action(action)
         info = {"success": self.player == self.goal, "action_valid": word is not None, "action_effective": False}
         if self.done or self.truncated:
-            return self.render(), 0.0, self.done, self.truncated, info
+            return self.render(), 0.0, self.done, self.truncated, info | {"state_key": self.state_key()}
         self.steps += 1
         reward = 0.0
         if word is not None:
@@ -141,7 +145,11 @@ class FrozenLakeEnv(TextEnv):
             info["success"] = self.player == self.goal
             reward = 1.0 if info["success"] else 0.0
         self.truncated = not self.done and self.steps >= self.max_steps
-        return self.render(), reward, self.done, self.truncated, info
+        return self.render(), reward, self.done, self.truncated, info | {"state_key": self.state_key()}
+
+    def state_key(self) -> str:
+        """``"P<row>,<col>"``: the player's cell, the whole state of an instance (its lake is fixed)."""
+        return f"P{self.player[0]},{self.player[1]}"
 
     def render(self) -> str:
         if self.holes is None:

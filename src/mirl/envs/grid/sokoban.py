@@ -15,6 +15,11 @@ Reward:
     plus 10 when after it every box is on a target. The winning push of a one-box room thus earns
     -0.1 + 1 + 10 = 10.9.
 
+State key:
+    ``info["state_key"]`` (reset and every step) is ``"P<row>,<col> B<row>,<col>;..."``: the player's cell and
+    the sorted box cells, which with the instance's fixed room are the whole state. Equal keys in one instance =
+    identical states (step-level credit groups turns by it).
+
 Termination:
     Terminated when every box is on a target (``success``); truncated after ``max_steps`` calls to ``step``
     (invalid actions count). Steps after the end change nothing and earn 0.
@@ -168,7 +173,11 @@ class SokobanEnv(TextEnv):
         self.room = generate_room(self.np_random, self.height, self.width, self.num_boxes, self.max_solution_moves)
         self.boxes, self.player = self.room.boxes, self.room.player
         self.steps, self.done, self.truncated = 0, False, False
-        return self.render(), {"success": False, "optimal_moves": self.room.optimal_moves}
+        return self.render(), {
+            "success": False,
+            "optimal_moves": self.room.optimal_moves,
+            "state_key": self.state_key(),
+        }
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
         if self.room is None:
@@ -176,7 +185,7 @@ class SokobanEnv(TextEnv):
         word = self.parse_action(action)
         info = {"success": self._solved(), "action_valid": word is not None, "action_effective": False}
         if self.done or self.truncated:
-            return self.render(), 0.0, self.done, self.truncated, info
+            return self.render(), 0.0, self.done, self.truncated, info | {"state_key": self.state_key()}
         self.steps += 1
         reward = 0.0
         if word is not None:
@@ -191,7 +200,12 @@ class SokobanEnv(TextEnv):
                 reward += SOLVED_REWARD
                 self.done = info["success"] = True
         self.truncated = not self.done and self.steps >= self.max_steps
-        return self.render(), reward, self.done, self.truncated, info
+        return self.render(), reward, self.done, self.truncated, info | {"state_key": self.state_key()}
+
+    def state_key(self) -> str:
+        """The player's cell and the sorted box cells (module docstring, State key)."""
+        boxes = ";".join(f"{r},{c}" for r, c in sorted(self.boxes))
+        return f"P{self.player[0]},{self.player[1]} B{boxes}"
 
     def _solved(self) -> bool:
         return self.room is not None and self.boxes == self.room.targets

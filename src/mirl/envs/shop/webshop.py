@@ -21,6 +21,10 @@ Reward:
     paper's table); or the reference's binarised success, 1 iff the raw score is 1, with ``reward="binary"``.
     ``info`` carries ``raw_score`` and its parts. Every other step earns 0.
 
+State key:
+    ``info["state_key"]`` (reset and every step) names the page: its kind, the query, the results page number,
+    the open item's ASIN, the chosen options and the sub-page, joined by ``|``.
+
 Termination:
     ``terminated=True`` at ``buy now`` (``success`` = raw score 1); ``truncated=True`` after ``max_steps``
     valid actions without buying (the reference's budget of 9). Later steps are invalid and change nothing.
@@ -145,7 +149,7 @@ class WebShop(TextEnv):
         self.chosen: dict[str, str] = {}
         self.sub_page, self.steps, self._ended, self._success = "", 0, (False, False), False
         self._observation = self._render_page()
-        return self._observation, {"success": False}
+        return self._observation, {"success": False, "state_key": self.state_key()}
 
     def _reachable(self, goal: Goal) -> bool:
         """A synthetic goal is kept when it is in this split and a search for its own instruction lists the target
@@ -248,7 +252,7 @@ class WebShop(TextEnv):
         effect = self._parse(action)
         if effect is None:
             info = {"success": self._success, "action_valid": False, "action_effective": False}
-            return self._observation, 0.0, *self._ended, info
+            return self._observation, 0.0, *self._ended, info | {"state_key": self.state_key()}
         self.steps += 1
         reward, info = 0.0, {"steps": self.steps}
         if effect[0] == "search":
@@ -263,7 +267,13 @@ class WebShop(TextEnv):
             self._observation = self._render_page()
         self._ended = (self.page == "done", self.page != "done" and self.steps >= self.max_steps)
         info |= {"success": self._success, "action_valid": True, "action_effective": True}
-        return self._observation, reward, *self._ended, info
+        return self._observation, reward, *self._ended, info | {"state_key": self.state_key()}
+
+    def state_key(self) -> str:
+        """The page: its kind, the query, the results page, the open item, the chosen options and the sub-page."""
+        asin = "" if self.item is None else self.products[self.item].asin
+        chosen = ";".join(f"{name}={value}" for name, value in sorted(self.chosen.items()))
+        return f"{self.page}|{self.query}|{self.page_no}|{asin}|{chosen}|{self.sub_page}"
 
     def render(self) -> str:
         return self._observation

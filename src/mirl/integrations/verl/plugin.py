@@ -35,6 +35,7 @@ SAMPLER = {"path": "pkg://mirl.integrations.verl.sampler", "name": "SNRFilterSam
 REGISTRATIONS = {
     "verl.experimental.agent_loop.agent_loop": "mirl.integrations.verl.agent_loop",
     "verl.trainer.ppo.v1": "mirl.integrations.verl.trainer",
+    "verl.trainer.ppo.core_algos": "mirl.integrations.verl.credit",  # the turn-level advantage estimators
 }
 
 

@@ -1,0 +1,145 @@
+"""mirl's turn-level estimators through veRL 0.9.1's own advantage-estimator lookup and ``compute_advantage``, on
+episodes laid out by the agent loop's ``output_fields``; parity with veRL's GRPO and with the native trainer."""
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("verl", reason="needs veRL 0.9.1: run `bash scripts/test-verl.sh`")
+
+from verl import DataProto  # noqa: E402
+from verl.trainer.config import AlgoConfig  # noqa: E402
+from verl.trainer.ppo.core_algos import get_adv_estimator_fn  # noqa: E402
+from verl.trainer.ppo.ray_trainer import compute_advantage  # noqa: E402
+
+import mirl.integrations.verl.plugin  # noqa: E402,F401  (what veRL's entry point imports)
+from mirl.algorithms import get_preset  # noqa: E402
+from mirl.integrations.verl import credit  # noqa: E402
+from mirl.integrations.verl.episode import output_fields  # noqa: E402
+from mirl.rollout import collate  # noqa: E402
+from mirl.trainer import credit as native  # noqa: E402
+from mirl.trainer import stages  # noqa: E402
+from mirl.types import EnvSpec, Episode, Turn  # noqa: E402
+
+# (group, sample) -> turn rewards; group 1 ties on the episode return (0.75) but not per turn. Binary fractions:
+# veRL carries rewards in float32, where 0.9 - 0.1 and 0.3 + 0.3 + 0.2 differ in the last bit, and a group std of
+# 1e-8 against GRPO's eps 1e-6 would turn that rounding into advantages of a few hundredths (in veRL's GRPO too).
+REWARDS = {
+    (0, 0): [-0.125, -0.125, 1.0],
+    (0, 1): [-0.125, 0.0],
+    (0, 2): [0.5],
+    (1, 0): [-0.125, 0.875],
+    (1, 1): [0.875, -0.125],
+    (1, 2): [0.25, 0.25, 0.25],
+}
+KEYS = {(1, 0): ["s", "a"], (1, 1): ["s", "b"], (1, 2): ["s", "a", "c"]}  # state keys of group 1's turns
+
+
+def episode(group, sample, rewards, keys=None):
+    turns, context = [], [1, 2, 3]
+    for u, reward in enumerate(rewards):
+        reply = [10 + u, 20 + u, 30 + u][: 1 + (u + sample) % 3]
+        key = keys[u] if keys else None
+        turns.append(Turn(tuple(context), tuple(reply), (-0.5,) * len(reply), "", "", None, (), reward, True, True,
+                          state_key=key))  # fmt: skip
+        context = context + reply + [4, 5]
+    return Episode(EnvSpec("sokoban", 0), group, sample, tuple(turns), success=False, end_reason="max_turns")
+
+
+EPISODES = [episode(p, k, rewards, KEYS.get((p, k))) for (p, k), rewards in REWARDS.items()]
+
+
+def verl_batch(episodes, per_turn_rewards: bool) -> tuple[DataProto, list[dict]]:
+    """The agent loop's rows as veRL batches them: right-padded responses, the reward on the last response token
+    (what veRL does with ``reward_score``) or each turn's reward on its last token (:func:`place_turn_rewards`)."""
+    fields = [output_fields(e) for e in episodes]
+    length = max(len(f["response_ids"]) for f in fields)
+    mask = torch.zeros(len(fields), length, dtype=torch.long)
+    rewards = torch.zeros(len(fields), length)
+    for b, f in enumerate(fields):
+        mask[b, : len(f["response_mask"])] = torch.tensor(f["response_mask"])
+        rewards[b, len(f["response_ids"]) - 1] = f["reward_score"]
+    records = [f["extra_fields"]["mirl"] for f in fields]
+    if per_turn_rewards:
+        rewards = credit.place_turn_rewards(records, length)
+    uids = np.array([f"uid{e.group}" for e in episodes], dtype=object)
+    batch = DataProto.from_single_dict(
+        {"response_mask": mask, "token_level_rewards": rewards, "responses": mask.clone(), "uid": uids}
+    )
+    return batch, records
+
+
+def trained(advantages: torch.Tensor, mask: torch.Tensor) -> list[list[float]]:
+    """Per row, the advantages of its trained tokens in order."""
+    return [advantages[b][mask[b].bool()].tolist() for b in range(mask.shape[0])]
+
+
+def test_veRL_finds_the_registered_estimators():
+    assert get_adv_estimator_fn("mirl_turn") is credit.turn_advantage
+    assert get_adv_estimator_fn("mirl_step_groups") is credit.step_group_advantage
+
+
+@pytest.mark.parametrize("estimator", ["mirl_turn", "mirl_step_groups"])
+def test_with_the_return_on_the_last_token_both_equal_veRLs_grpo(estimator):
+    data, _ = verl_batch(EPISODES, per_turn_rewards=False)
+    ours = compute_advantage(data, estimator, config=AlgoConfig(adv_estimator=estimator))
+    theirs = compute_advantage(verl_batch(EPISODES, False)[0], "grpo", config=AlgoConfig(adv_estimator="grpo"))
+    mask = data.batch["response_mask"]
+    torch.testing.assert_close(ours.batch["advantages"] * mask, theirs.batch["advantages"] * mask)
+    assert ours.batch["advantages"].abs().sum() > 0
+
+
+def native_advantages(preset):
+    batch = collate(EPISODES, pad_id=0)
+    returns = stages.group_returns(EPISODES, 2, 3)
+    turns = native.turn_table(EPISODES, 2, 3)
+    return trained(native.advantages(preset, batch, returns, EPISODES, None, turns)[0], batch.response_mask)
+
+
+@pytest.mark.parametrize("gamma", [1.0, 0.9])
+def test_mirl_turn_on_per_turn_rewards_equals_the_native_turn_credit(gamma):
+    data, _ = verl_batch(EPISODES, per_turn_rewards=True)
+    config = AlgoConfig(adv_estimator="mirl_turn", gamma=gamma)
+    ours = compute_advantage(data, "mirl_turn", gamma=gamma, config=config)
+    expected = native_advantages(get_preset("grpo", credit="turn", credit_gamma=gamma))
+    got = trained(ours.batch["advantages"], data.batch["response_mask"])
+    for row, want in zip(got, expected, strict=True):
+        assert row == pytest.approx(want, rel=1e-6, abs=1e-7)
+
+
+def test_mirl_step_groups_with_state_keys_equals_the_native_step_groups():
+    data, records = verl_batch(EPISODES, per_turn_rewards=True)
+    for record, e in zip(records, EPISODES, strict=True):  # the layout with each turn's state key
+        for layout, turn in zip(record["turns"], e.turns, strict=True):
+            layout["state_key"] = turn.state_key
+    fn = get_adv_estimator_fn("mirl_step_groups")
+    advantages, returns = fn(
+        token_level_rewards=data.batch["token_level_rewards"],
+        response_mask=data.batch["response_mask"],
+        index=data.non_tensor_batch["uid"],
+        config=AlgoConfig(adv_estimator="mirl_step_groups"),
+        non_tensor_batch={"mirl": np.array(records, dtype=object)},
+    )
+    expected = native_advantages(get_preset("grpo", credit="step_groups"))
+    for row, want in zip(trained(advantages, data.batch["response_mask"]), expected, strict=True):
+        assert row == pytest.approx(want, rel=1e-6, abs=1e-7)
+    assert torch.equal(advantages, returns)
+    # group 1 ties (0.75 each): its advantages come from the step group of state "s" and of state "a" only
+    assert any(abs(a) > 1e-3 for row in expected[3:] for a in row)
+
+
+def test_response_turns_and_placed_rewards_follow_the_layout():
+    data, records = verl_batch(EPISODES[:1], per_turn_rewards=True)
+    mask = data.batch["response_mask"]
+    turns = credit.response_turns(mask)
+    assert turns[mask.bool()].tolist() == [0, 1, 1, 2, 2, 2]  # replies of 1, 2 and 3 tokens
+    placed = data.batch["token_level_rewards"][0]
+    assert placed[mask[0].bool()].tolist() == [-0.125, 0.0, -0.125, 0.0, 0.0, 1.0]
+    with pytest.raises(ValueError, match="outside"):
+        credit.place_turn_rewards(records, 3)
+
+
+def test_docstring_examples():
+    import doctest
+
+    assert doctest.testmod(credit).failed == 0
