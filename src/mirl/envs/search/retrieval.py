@@ -18,10 +18,11 @@ Two implementations of :class:`Retriever` (``search(query, k) -> [passage]``, be
   ``~/.cache/mirl``. It is written into a fresh temporary sibling and renamed into place, so a crash never leaves
   a half index, and read back as plain ``.npy``/JSON with ``allow_pickle=False``; a second start with the same
   corpus loads it instead of indexing. Within one process indices are also kept in memory by key.
-- :class:`HttpRetriever`: a client for a retrieval server in the reference's request/response shape, for users
-  who run a dense retriever (E5 + FAISS): ``POST <url>`` with ``{"queries": [q, ...], "topk": k,
-  "return_scores": true}``; the answer is ``{"result": [[{"document": {"contents": "..."}, "score": s}, ...], ...]}``
-  (one list per query; entries without scores, ``{"contents": "..."}``, are accepted too).
+- :class:`HttpRetriever` (in :mod:`mirl.envs.search.http_retriever`, which bounds time, size and depth of
+  every answer): a client for a retrieval server in the reference's request/response shape, for users who run a
+  dense retriever (E5 + FAISS): ``POST <url>`` with ``{"queries": [q, ...], "topk": k, "return_scores": true}``;
+  the answer is ``{"result": [[{"document": {"contents": "..."}, "score": s}, ...], ...]}`` (one list per query;
+  entries without scores, ``{"contents": "..."}``, are accepted too).
 """
 
 from __future__ import annotations
@@ -32,13 +33,15 @@ import os
 import re
 import shutil
 import tempfile
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
+
+from mirl.envs.search.http_retriever import HttpRetriever, RetrievalError
+
+__all__ = ["BM25Retriever", "HttpRetriever", "RetrievalError", "Retriever", "tokenize"]
 
 INSTALL_HINT = "pip install 'mirl[search]'"
 INDEX_FORMAT = "mirl-bm25-v1"
@@ -191,52 +194,3 @@ class BM25Retriever:
 
     def search(self, query: str, k: int) -> list[str]:
         return [self.passages[i] for i in self.search_ids(query, k)]
-
-
-class HttpRetriever:
-    """Client of a retrieval server that speaks the reference's JSON shape (see the module docstring)."""
-
-    def __init__(self, url: str, *, timeout: float = 30.0) -> None:
-        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise ValueError(f"retriever url must start with http:// or https://, got {url!r}")
-        if not timeout > 0:
-            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
-        self.url, self.timeout = url, float(timeout)
-
-    def batch_search(self, queries: Sequence[str], k: int) -> list[list[str]]:
-        """Top-``k`` passage texts for each query, in one request."""
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
-        body = json.dumps({"queries": list(queries), "topk": int(k), "return_scores": True}).encode("utf-8")
-        request = urllib.request.Request(self.url, data=body, headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 (http(s) checked)
-                answer = json.loads(response.read().decode("utf-8"))
-        except (urllib.error.URLError, OSError, ValueError) as err:
-            raise RuntimeError(
-                f"retrieval server {self.url} failed: {type(err).__name__}: {err}; is it running and does it accept "
-                'POST {"queries": [...], "topk": k, "return_scores": true}?'
-            ) from err
-        return _parse_results(answer, len(queries), self.url)
-
-    def search(self, query: str, k: int) -> list[str]:
-        return self.batch_search([query], k)[0][:k]
-
-
-def _parse_results(answer: object, count: int, url: str) -> list[list[str]]:
-    """``{"result": [[entry, ...], ...]}`` -> passage texts; an entry is ``{"document": {"contents"}}`` or
-    ``{"contents"}``."""
-    results = answer.get("result") if isinstance(answer, dict) else None
-    if not isinstance(results, list) or len(results) != count:
-        raise RuntimeError(f"retrieval server {url} must answer {{'result': [a list per query]}}, got {answer!r:.200}")
-    passages: list[list[str]] = []
-    for hits in results:
-        texts = []
-        for hit in hits if isinstance(hits, list) else [None]:
-            document = hit.get("document", hit) if isinstance(hit, dict) else None
-            contents = document.get("contents") if isinstance(document, dict) else None
-            if not isinstance(contents, str):
-                raise RuntimeError(f"retrieval server {url}: a hit has no 'contents' text: {hit!r:.300}")
-            texts.append(contents)
-        passages.append(texts)
-    return passages

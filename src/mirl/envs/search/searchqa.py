@@ -29,7 +29,9 @@ Instances:
     columns (``question``, ``answer``, ``context``), split by a hash of the question. For HotpotQA rows each
     question's ten context paragraphs form its corpus, unless ``corpus_path`` names a shared corpus file (JSON
     lines with ``contents`` = ``"Title"\\ntext``, the reference's format, or ``title`` and ``text``).
-    ``retriever_url`` replaces BM25 by a retrieval server (:class:`~mirl.envs.search.retrieval.HttpRetriever`).
+    ``retriever_url`` replaces BM25 by a retrieval server (:class:`~mirl.envs.search.retrieval.HttpRetriever`);
+    a search the server does not answer usably (an error status, a broken or oversize answer, its deadline) is a
+    valid action whose observation starts ``Retrieval failed:`` with the reason, and ``info["retrieval_failed"]``.
 
 Arguments:
     source: "synthetic" (offline knowledge base), "hf" (HotpotQA from the hub) or "local" (a HotpotQA-schema file).
@@ -60,7 +62,7 @@ from mirl.envs.commands import parse_command, shorten
 from mirl.envs.data import SPLITS, check_choice, load_rows, row_for_seed, split_of
 from mirl.envs.registry import register
 from mirl.envs.search.knowledge import KnowledgeBase, draw_question, generate_kb
-from mirl.envs.search.retrieval import BM25Retriever, HttpRetriever, Retriever
+from mirl.envs.search.retrieval import BM25Retriever, HttpRetriever, RetrievalError, Retriever
 
 HF_DATASET = "hotpotqa/hotpot_qa"
 HF_CONFIG = "distractor"
@@ -276,8 +278,12 @@ class SearchQA(TextEnv):
         info: dict[str, Any] = {"action_valid": True, "action_effective": True, "steps": self.steps}
         reward = 0.0
         if verb == "search":
-            found = self._episode_retriever.search(argument, self.top_k)
-            results = render_results(found, self.max_chars, self.top_k)
+            try:
+                results = render_results(
+                    self._episode_retriever.search(argument, self.top_k), self.max_chars, self.top_k
+                )
+            except RetrievalError as err:  # an unusable server answer is a failed search the agent is shown
+                results, info["retrieval_failed"] = f"Retrieval failed: {shorten(str(err), 300)}", True
             self._observation = f"Question: {self.question}\nSearch results for {shorten(argument, 200)!r}:\n{results}"
         else:
             reward, exact, f1 = answer_reward(argument, self.answer)
