@@ -102,6 +102,7 @@ def test_metric_keys():
         "score_mean",
         "score_std",
         "spread_ratio",
+        "spread_ratio_var",
         "groups_too_easy",
         "groups_too_hard",
         "groups_mixed",
@@ -139,3 +140,15 @@ def test_classify_near_equal_returns_across_the_threshold_is_uniform():
     returns = torch.tensor([[1.0 - 1e-12, 1.0 + 1e-12]], dtype=torch.float64)
     assert classify_groups(returns) == ["uniform"]
     assert classify_groups(returns, spread_eps=1e-13) == ["mixed"]
+
+
+def test_spread_ratio_var_is_the_papers_ratio_over_variances():
+    import torch
+
+    from mirl.filtering import select_groups
+
+    # group stds 1 and 3 (returns [0, 2] and [0, 6] have unbiased std sqrt(2) and sqrt(18)): variances 2 and 18
+    returns = torch.tensor([[0.0, 2.0], [0.0, 6.0]])
+    metrics = select_groups(returns, strategy="none").metrics
+    assert abs(metrics["spread_ratio"] - 0.5) < 1e-12  # stds sqrt2, 3 sqrt2: mean 2 sqrt2, pstd sqrt2
+    assert abs(metrics["spread_ratio_var"] - 0.8) < 1e-12  # vars 2, 18: mean 10, pstd 8

@@ -36,7 +36,7 @@ def test_nothing_to_say_without_a_rate_or_a_load():
 def test_the_loop_prints_the_warning_and_keeps_it_in_summary_json(tmp_path, capsys):
     import json
 
-    from mirl.trainer.loop import say_pace
+    from mirl.trainer.loop import say_warnings
     from mirl.trainer.rundir import RunSummary
 
     class Printer:
@@ -46,7 +46,7 @@ def test_the_loop_prints_the_warning_and_keeps_it_in_summary_json(tmp_path, caps
     summary = RunSummary(tmp_path, name="r", model="m", device="cpu", iterations_done=0, iterations_planned=3)
     watch = PaceWatch(load=lambda: 0.5, cores=2)
     for iteration, tokens_per_s in ((1, 40.0), (2, 10.0), (3, 5.0)):
-        say_pace(watch, iteration, rate(tokens_per_s), Printer(), summary)
+        say_warnings((watch,), iteration, rate(tokens_per_s), Printer(), summary)
     printed = capsys.readouterr().out.splitlines()
     assert printed == [
         f"warning: {watch_message}" for watch_message in json.loads(summary.path.read_text())["warnings"]

@@ -14,6 +14,8 @@ Only when the input was ``(P, K)`` returns (``std_g`` = unbiased in-group std of
   finite; ``empty`` tells the two cases apart)
 - ``spread_ratio`` = pstd_g(std_g) / mean_g(std_g), population std; 0.0 when the mean is <= 1e-10. The paper's
   predictor of whether filtering helps (Sokoban 3B: 1.16, FrozenLake GRPO: 0.33).
+- ``spread_ratio_var`` = the same over the in-group variances std_g^2, the paper's definition (its RV is a
+  variance); ``spread_ratio`` keeps the std, the statistic the filter ranks by default.
 - ``groups_zero_spread`` = number of groups with std_g <= 1e-10
 
 And with a ``success_threshold`` (success = return >= threshold), a partition of the P groups by outcome:
@@ -52,6 +54,7 @@ def _spread_metrics(returns: torch.Tensor, keep: torch.Tensor) -> dict[str, floa
         "spread_mean_before": float(spreads.mean()),
         "spread_mean_after": float(spreads[keep].mean()) if keep.any() else 0.0,
         "spread_ratio": spread_ratio(spreads),
+        "spread_ratio_var": spread_ratio(spreads.square()),
         "groups_zero_spread": float((spreads <= ZERO_SPREAD).sum()),
     }
 

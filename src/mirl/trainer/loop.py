@@ -18,6 +18,7 @@ from mirl.filtering import group_spread
 from mirl.rollout.prompts import EXAMPLE_REASONING
 from mirl.trainer import credit, stages
 from mirl.trainer.early_stop import after_selection, after_validation
+from mirl.trainer.filter_watch import SoftmaxKeepWatch
 from mirl.trainer.pace import PaceWatch
 from mirl.trainer.run import (
     Timer,
@@ -90,7 +91,8 @@ def train(
         iterations_planned=config.trainer.iterations,
     )
     sinks = Sinks(run_dir, config.logging, total=config.trainer.iterations, start=state.iteration, console=console)
-    stop_reason, status, pace = None, "crashed", PaceWatch()
+    stop_reason, status = None, "crashed"
+    watches = (PaceWatch(), SoftmaxKeepWatch(mode=config.filter.mode, strategy=config.filter.strategy))
     previous = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(config.trainer.deterministic, warn_only=True)
     try:
@@ -99,7 +101,7 @@ def train(
             metrics, stop_reason = run_iteration(policy, learner, preset, config, state, run_dir, sinks)
             commit(run_dir, config, learner, state, sinks, metrics, stop_reason)
             summary.update(iterations_done=state.iteration)
-            say_pace(pace, state.iteration, metrics, sinks, summary)
+            say_warnings(watches, state.iteration, metrics, sinks, summary)
             if stop_reason:
                 sinks.print(f"[bold red]early stop at iteration {state.iteration}:[/] {stop_reason}")
         status = "stopped" if stop_reason else "finished"
@@ -210,12 +212,14 @@ def train_on(batch, kept, outcomes, learner, preset, config: Config, state, seed
     return metrics | update(learner, inputs, preset, config.algorithm, torch.Generator().manual_seed(seed))
 
 
-def say_pace(pace: PaceWatch, iteration: int, metrics: dict, sinks: Sinks, summary: RunSummary) -> None:
-    """Print the busy-machine warning once (:mod:`mirl.trainer.pace`) and keep it in summary.json's warnings."""
-    message = pace.check(iteration, metrics)
-    if message:
-        sinks.print(f"warning: {message}")
-        summary.update(warnings=[*summary.data.get("warnings", []), message])
+def say_warnings(watches, iteration: int, metrics: dict, sinks: Sinks, summary: RunSummary) -> None:
+    """Print each watch's warning once (a busy machine, :mod:`mirl.trainer.pace`; a filter keeping nearly every
+    group, :mod:`mirl.trainer.filter_watch`) and keep it in summary.json's warnings."""
+    for watch in watches:
+        message = watch.check(iteration, metrics)
+        if message:
+            sinks.print(f"warning: {message}")
+            summary.update(warnings=[*summary.data.get("warnings", []), message])
 
 
 def _work(sinks: Sinks | None, label: str, unit: str):
