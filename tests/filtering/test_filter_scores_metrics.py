@@ -152,3 +152,16 @@ def test_spread_ratio_var_is_the_papers_ratio_over_variances():
     metrics = select_groups(returns, strategy="none").metrics
     assert abs(metrics["spread_ratio"] - 0.5) < 1e-12  # stds sqrt2, 3 sqrt2: mean 2 sqrt2, pstd sqrt2
     assert abs(metrics["spread_ratio_var"] - 0.8) < 1e-12  # vars 2, 18: mean 10, pstd 8
+
+
+def test_softmax_top_p_keeps_nearly_every_group_when_binary_spreads_tie():
+    import torch
+
+    from mirl.filtering import select_groups
+
+    # 8 groups of 4 binary returns: 4 groups half solved (std 0.577), 4 with no spread
+    returns = torch.tensor([[1.0, 0.0, 1.0, 0.0]] * 4 + [[0.0, 0.0, 0.0, 0.0]] * 4)
+    softmax = select_groups(returns, strategy="top_p", value=0.9, mode="softmax")
+    linear = select_groups(returns, strategy="top_p", value=0.9, mode="linear")
+    # softmax weights e^0.577 = 1.78 vs e^0 = 1: the 4 spread groups hold 64 %, the 7th group passes 90 %
+    assert int(softmax.keep.sum()) == 7 and int(linear.keep.sum()) == 4
