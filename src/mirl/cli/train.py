@@ -20,6 +20,7 @@ def register(subparsers) -> None:
     train.add_argument(
         "--restart", action="store_true", help="with --resume: start again from iteration 0 when there is no checkpoint"
     )
+    train.add_argument("--strict", action="store_true", help="exit with status 1 when the run never updated the policy")
     train.add_argument("--defaults", action="store_true", help="train with the built-in defaults (no config file)")
     train.add_argument("--no-report", action="store_true", help="do not build report.html at the end")
     train.add_argument("--help-config", action="store_true", help="list every config key with its documentation")
@@ -91,9 +92,9 @@ def run_train(args: argparse.Namespace) -> int:
         report = build_report(result.run_dir)
         print(f"  report:   {report.html_path}  (built in {report.seconds:.1f} s)")
     reason = no_update_reason(result.run_dir)
-    if reason:
-        print(f"mirl train: {reason}", file=sys.stderr)
-        return NO_UPDATE
+    if reason:  # a warning; an error (exit 1) under --strict
+        print(f"mirl train: {'' if args.strict else 'warning: '}{reason}", file=sys.stderr)
+        return NO_UPDATE if args.strict else 0
     return 0
 
 
