@@ -43,6 +43,7 @@ class _Task:
     started: float = field(default_factory=time.monotonic)
     first: float = 0.0  # done at the first line, so the estimate counts only work done while timed
     printed: float | None = None  # when the last line was printed
+    shown: tuple | None = None  # (done, total) of that line: a repeated final update prints nothing
 
 
 class PlainProgress:
@@ -76,7 +77,7 @@ class PlainProgress:
             task.completed = completed
         task.fields.update(fields)
         finished = task.total is not None and task.completed >= task.total
-        self._print_if_due(task, force=finished)
+        self._print_if_due(task, force=finished and task.shown != (task.completed, task.total))
 
     def _print_if_due(self, task: _Task, force: bool = False) -> None:
         with self._lock:
@@ -86,7 +87,7 @@ class PlainProgress:
                 return
             if task.printed is None:
                 task.started, task.first = now, task.completed
-            task.printed = now
+            task.printed, task.shown = now, (task.completed, task.total)
             self.console.print(self.line(task, now), markup=False, highlight=False, soft_wrap=True)
 
     def _tick(self) -> None:

@@ -2,7 +2,6 @@
 
 import warnings
 
-from mirl.policy.hf import cache_keyword
 from mirl.policy.tiny import tiny_policy
 from mirl.types import SamplingParams
 
@@ -21,6 +20,8 @@ def test_generation_and_scoring_raise_no_warning():
 
 
 def test_the_keyword_follows_the_decoder_signature():
+    from mirl.policy.hf import cache_keyword
+
     class Old:
         def forward(self, input_ids=None, past_key_values=None, use_cache=None): ...
 

@@ -20,6 +20,7 @@ def register(subparsers) -> None:
     train.add_argument(
         "--restart", action="store_true", help="with --resume: start again from iteration 0 when there is no checkpoint"
     )
+    train.add_argument("--strict", action="store_true", help="exit with status 1 when the run never updated the policy")
     train.add_argument("--defaults", action="store_true", help="train with the built-in defaults (no config file)")
     train.add_argument("--no-report", action="store_true", help="do not build report.html at the end")
     train.add_argument("--help-config", action="store_true", help="list every config key with its documentation")
@@ -49,29 +50,14 @@ def _split(config: str | None, overrides: list[str]) -> tuple[str | None, list[s
 def run_train(args: argparse.Namespace) -> int:
     """Check the config first (light imports only, so a bad key fails in about a second), then import torch and
     the trainer and run."""
-    from mirl.cli.paths import check_run_directory
-    from mirl.cli.train_checks import NO_UPDATE, no_update_reason, require_checkpoint, require_config
-    from mirl.config import load_config
-    from mirl.errors import UserError
-    from mirl.run_dirs import check_model_name
+    from mirl.cli.train_checks import NO_UPDATE, no_update_reason
 
     if args.help_config:
         from mirl.cli.config_help import print_config_help
 
         print_config_help()
         return 0
-    path, overrides = _split(args.config, args.overrides)
-    if args.restart and not args.resume:
-        raise UserError("--restart goes with --resume RUN_DIR: it starts that run again from iteration 0")
-    if args.resume:
-        if path is not None:
-            raise UserError("--resume takes the run's own config.yaml; pass only key=value overrides")
-        path = check_run_directory(args.resume) / "config.yaml"
-    config = load_config(path, overrides)
-    require_config(path, args.defaults, args.resume)
-    if args.resume:
-        require_checkpoint(Path(args.resume), args.restart)
-    check_model_name(config.model.name, probe_hub=False)  # a missing path fails before torch is imported
+    config = _checked_config(args)
     import torch
 
     from mirl.policy.sources import resolve_device
@@ -95,10 +81,34 @@ def run_train(args: argparse.Namespace) -> int:
 
     print(verdict(read_run(result.run_dir)).line())  # the run's health in one line, last
     reason = no_update_reason(result.run_dir)
-    if reason:
-        print(f"mirl train: {reason}", file=sys.stderr)
-        return NO_UPDATE
+    if reason:  # a warning; an error (exit 1) under --strict
+        print(f"mirl train: {'' if args.strict else 'warning: '}{reason}", file=sys.stderr)
+        return NO_UPDATE if args.strict else 0
     return 0
+
+
+def _checked_config(args: argparse.Namespace):
+    """The run's config, after the checks that need no torch: the config itself, that there is one (or
+    ``--defaults``), that a run to resume has a checkpoint (or ``--restart``), that a model path exists."""
+    from mirl.cli.paths import check_run_directory
+    from mirl.cli.train_checks import require_checkpoint, require_config
+    from mirl.config import load_config
+    from mirl.errors import UserError
+    from mirl.run_dirs import check_model_name
+
+    path, overrides = _split(args.config, args.overrides)
+    if args.restart and not args.resume:
+        raise UserError("--restart goes with --resume RUN_DIR: it starts that run again from iteration 0")
+    if args.resume:
+        if path is not None:
+            raise UserError("--resume takes the run's own config.yaml; pass only key=value overrides")
+        path = check_run_directory(args.resume) / "config.yaml"
+    config = load_config(path, overrides)
+    require_config(path, args.defaults, args.resume)
+    if args.resume:
+        require_checkpoint(Path(args.resume), args.restart)
+    check_model_name(config.model.name, probe_hub=False)  # a missing path fails before torch is imported
+    return config
 
 
 def run_eval(args: argparse.Namespace) -> int:

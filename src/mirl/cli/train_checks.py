@@ -2,7 +2,8 @@
 and, at the end, that the policy was updated at least once.
 
 A run that never updated its policy (the filter kept no group in any iteration, so no optimiser step was taken)
-ends with exit status 1 and one line saying why; its run directory and report are written as usual.
+ends with one line on stderr saying why, a warning with exit status 0 (a sweep may hold such runs on purpose), or
+exit status 1 under ``--strict``; its run directory and report are written as usual.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 from mirl.errors import UserError
 
 QUICKSTART = "configs/quickstart.yaml"
-NO_UPDATE = 1  # exit status of a run that took no optimiser step
+NO_UPDATE = 1  # exit status, under --strict, of a run that took no optimiser step
 _CHECKPOINT = re.compile(r"iteration_\d+")
 
 

@@ -3,7 +3,7 @@
 Two implementations of :class:`Retriever` (``search(query, k) -> [passage]``, best first):
 
 - :class:`BM25Retriever`: Okapi BM25 in Lucene's variant (``k1 = 1.5``, ``b = 0.75``) over a passage list,
-  built with ``bm25s`` (the optional extra ``mirl[search]``). The score of passage d for query q is
+  built with ``bm25s`` (a dependency of mirl). The score of passage d for query q is
 
       score(q, d) = sum over distinct words w of q:  idf(w) * tf(w, d) / (tf(w, d) + k1 * (1 - b + b * |d| / avgdl))
       idf(w)      = ln(1 + (N - df(w) + 0.5) / (df(w) + 0.5))
@@ -43,7 +43,7 @@ from mirl.envs.search.http_retriever import HttpRetriever, RetrievalError
 
 __all__ = ["BM25Retriever", "HttpRetriever", "RetrievalError", "Retriever", "tokenize"]
 
-INSTALL_HINT = "pip install 'mirl[search]'"
+INSTALL_HINT = "pip install bm25s (a dependency of mirl: pip install -e . installs it)"
 INDEX_FORMAT = "mirl-bm25-v1"
 K1, B = 1.5, 0.75
 _STOP_TEXT = "a an and are as at be by did do does for from has have how in is it its of on or that the this to "

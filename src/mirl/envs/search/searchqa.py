@@ -23,8 +23,8 @@ Instances:
     ``source="synthetic"`` (offline default): questions over the fictional knowledge base of
     :mod:`mirl.envs.search.knowledge` (``corpus_size`` passages, generated from ``kb_seed``), single-hop, bridge and
     comparison kinds in equal shares; train and validation questions are disjoint by a hash of the question
-    text (:func:`mirl.envs.data.split_of`). Retrieval is BM25 (:mod:`mirl.envs.search.retrieval`, extra
-    ``mirl[search]``), the index cached on disk. ``source="hf"``: HotpotQA (``hotpotqa/hotpot_qa``, distractor
+    text (:func:`mirl.envs.data.split_of`). Retrieval is BM25 (:mod:`mirl.envs.search.retrieval`, with
+    ``bm25s``), the index cached on disk. ``source="hf"``: HotpotQA (``hotpotqa/hotpot_qa``, distractor
     setting, its own train/validation splits); ``source="local"``: a ``.jsonl``/``.parquet`` file with the same
     columns (``question``, ``answer``, ``context``), split by a hash of the question. For HotpotQA rows each
     question's ten context paragraphs form its corpus, unless ``corpus_path`` names a shared corpus file (JSON

@@ -7,8 +7,8 @@
   ``category_match`` = at least two shared parts of the ``›`` category paths: 1, lowered to 0.5 when none of
   query_match, category_match, title_score > 0.2 holds, to 0.1 when title_score < 0.1, and to 0 when
   title_score = 0.
-- an attribute matches when some product attribute has ``token_set_ratio > 85`` with it (``rapidfuzz``, the
-  optional extra ``mirl[web]``) or it appears verbatim in the title, features or description (lower case);
+- an attribute matches when some product attribute has ``token_set_ratio > 85`` with it (``rapidfuzz``, a
+  dependency of mirl) or it appears verbatim in the title, features or description (lower case);
 - a wanted option value matches when some chosen option value has ``token_set_ratio > 85`` with it;
 - price ok = the product's price is at most ``price_upper``.
 
@@ -54,7 +54,7 @@ def _fuzz():
         from rapidfuzz import fuzz
     except ImportError as err:
         raise ImportError(
-            "the WebShop reward needs `rapidfuzz`, which is not installed: pip install 'mirl[web]'"
+            "the WebShop reward needs `rapidfuzz`, which is not installed: pip install rapidfuzz (a dependency of mirl)"
         ) from err
     return fuzz
 
