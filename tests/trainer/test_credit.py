@@ -192,3 +192,21 @@ def test_turn_signal_keeps_a_tied_group_whose_turns_differ():
     assert selection.metrics["groups_zero_spread"] == 2.0 and selection.metrics["kept_count"] == 2.0
     with pytest.raises(ValueError, match="needs the turn-level scores"):
         stages.select_rows(returns, turn_filter)
+
+
+def test_credit_options_are_checked_like_every_field(pick_env):
+    from mirl.config import ConfigError, load_config
+
+    base = ["envs=[{name: pick_word}]", "algorithm.preset=grpo"]
+    config = load_config(None, [*base, "algorithm.credit=step_groups", "algorithm.step_weight=0.5"])
+    assert resolve_preset(config.algorithm).step_weight == 0.5
+    for override, message in (
+        ("algorithm.credit_gamma=1.5", "algorithm.credit_gamma must be a finite number in [0, 1], got 1.5"),
+        ("algorithm.credit_lam=-0.1", "algorithm.credit_lam must be a finite number in [0, 1]"),
+        ("algorithm.step_weight=-1", "algorithm.step_weight must be a finite number >= 0"),
+        ("filter.signal=turns", "filter.signal must be one of episode, turn"),
+        ("algorithm.credit=turn algorithm.preset=ppo", "algorithm.credit=turn works with algorithm.preset grpo"),
+        ("filter.signal=turn filter.statistic=mean", "filter.signal=turn scores groups by the spread"),
+    ):
+        with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+            load_config(None, [*base, *override.split()])
