@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
 
@@ -347,6 +348,12 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tu
             sources.append((OmegaConf.from_dotlist([item]), f"override {item!r}"))
         except OmegaConfBaseException as err:
             raise _friendly(err, f"override {item!r}") from None
+        except yaml.YAMLError as err:  # the value is read as YAML: a control character, an unclosed [ or {
+            reason = " ".join(str(err).split("\n")[0].split())
+            raise ConfigError(
+                f"override {item!r} has a value that is not valid YAML ({reason}); write it as YAML flow, "
+                "e.g. envs=[{name: sokoban}], and quote text with special characters"
+            ) from None
     for source, name in sources:
         refuse_resolvers(source, name)
         try:

@@ -79,10 +79,11 @@ def env_options(name: str) -> dict[str, tuple[Any, str]]:
 
 
 def check_options(name: str, options: Mapping[str, Any]) -> None:
-    """Raise ``ValueError`` for an unknown env or option, a NaN/inf number, or a value outside the env's bounds.
+    """Raise ``ValueError`` for an unknown env or option, a value of another type than the option's default (an
+    int, a float, a bool or a string), a NaN/inf number, or a value outside the env's bounds.
 
     Upper bounds are the class attribute ``option_limits``: ``{option: largest value}``, for numbers or
-    sequences of numbers (lower bounds and types are the constructor's to check). Nothing is built, so a
+    sequences of numbers (lower bounds are the constructor's to check). Nothing is built, so a
     data-backed env is checked without loading its data.
     """
     cls = _lookup(name)
@@ -95,11 +96,35 @@ def check_options(name: str, options: Mapping[str, Any]) -> None:
                 f"unknown option {key!r} for environment {name!r}; valid options: "
                 f"{', '.join(valid) or '(none)'}.{_nearest(key, valid)}"
             )
+        _check_type(name, key, value, _default(cls, key))
         numbers = [v for v in (value if isinstance(value, list | tuple) else [value]) if _is_number(v)]
         if any(not math.isfinite(v) for v in numbers):
             raise ValueError(f"option {key}={value!r} of environment {name!r} must be finite")
         if key in limits and any(v > limits[key] for v in numbers):
             raise ValueError(f"option {key} of environment {name!r} must be at most {limits[key]}, got {value!r}")
+
+
+def _default(cls: type, key: str) -> Any:
+    param = inspect.signature(cls.__init__).parameters.get(key)
+    return None if param is None or param.default is inspect.Parameter.empty else param.default
+
+
+# the option types a default pins down: an int option takes an int, a float option any number, and so on
+_TYPES = ((bool, (bool,), "true or false"), (int, (int,), "an integer"), (float, (int, float), "a number"))
+
+
+def _check_type(name: str, key: str, value: Any, default: Any) -> None:
+    """``ValueError`` when ``value`` is not of the type the option's default has (bool, int, float or str); options
+    defaulting to None or a tuple take what the constructor accepts."""
+    for kind, accepted, words in _TYPES:
+        if type(default) is kind:
+            if isinstance(value, accepted) and (kind is bool or not isinstance(value, bool)):
+                return
+            raise ValueError(
+                f"option {key} of environment {name!r} must be {words}, got {value!r}; e.g. {key}={default!r}"
+            )
+    if isinstance(default, str) and not isinstance(value, str):
+        raise ValueError(f"option {key} of environment {name!r} must be text, got {value!r}; e.g. {key}={default!r}")
 
 
 def _is_number(value: Any) -> bool:
