@@ -374,11 +374,12 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tu
             sources.append((OmegaConf.from_dotlist([item]), f"override {item!r}"))
         except OmegaConfBaseException as err:
             raise _friendly(err, f"override {item!r}") from None
-        except yaml.YAMLError as err:  # the value is read as YAML: ``{size:abc}`` needs spaces after the colons
-            problem = getattr(err, "problem", None) or "malformed"
+        except yaml.YAMLError as err:  # the value is read as YAML: a control character, an unclosed [ or {
+            reason = " ".join(str(err).split("\n")[0].split())
             raise ConfigError(
-                f"override {item!r} is not valid YAML ({problem}); in a {{key: value}} mapping put a space after "
-                "each colon, e.g. envs=[{name: frozenlake, options: {size: 4}}]"
+                f"override {item!r} has a value that is not valid YAML ({reason}); write it as YAML flow and put a "
+                "space after each colon, e.g. envs=[{name: frozenlake, options: {size: 4}}]; quote text with special "
+                "characters"
             ) from None
     for source, name in sources:
         refuse_resolvers(source, name)

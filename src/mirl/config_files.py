@@ -21,6 +21,11 @@ def read_config_file(path: Path):
     """The YAML mapping at ``path``; a missing, non-regular, huge, malformed or non-mapping file is a ConfigError."""
     if path.is_dir():
         raise ConfigError(f"config path {str(path)!r} is a directory; pass a YAML file such as configs/quickstart.yaml")
+    if path.exists() and not path.is_file():  # a FIFO or a device would block or never end
+        raise ConfigError(
+            f"config path {str(path)!r} is not a regular file (a pipe, socket or device); pass a YAML file such as "
+            "configs/quickstart.yaml"
+        )
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist; see configs/ for the presets")
     if path.stat().st_size > _MAX_CONFIG_BYTES:

@@ -44,7 +44,7 @@ class MalformedFileError(RunDirError):
 
     def __init__(self, path, fmt: str, detail: str) -> None:
         super().__init__(f"{path} is not valid {fmt} ({detail})")
-        self.fmt = fmt
+        self.fmt, self.detail = fmt, detail
 
 
 # ----------------------------------------------------------------------------------------------------- writes
@@ -96,6 +96,11 @@ def _umask() -> int:
 
 def append_line(path: str | os.PathLike, line: str) -> None:
     """Append ``line`` plus a newline in one write and fsync; refuse a link or a non-regular file at ``path``."""
+    append_bytes(path, (line + "\n").encode("utf-8"))
+
+
+def append_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Append ``data`` in one write and fsync; refuse a link or a non-regular file at ``path``."""
     path = Path(path)
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
@@ -109,7 +114,6 @@ def append_line(path: str | os.PathLike, line: str) -> None:
     try:
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):
             raise RunDirError(f"{path} is not a regular file; remove it and resume")
-        data = (line + "\n").encode("utf-8")
         while data:
             data = data[os.write(descriptor, data) :]
         os.fsync(descriptor)
@@ -172,9 +176,12 @@ def read_json(path: str | os.PathLike, limit: int = MAX_JSON_BYTES) -> Any:
         raise MalformedFileError(path, "JSON", reason) from None
 
 
-def read_yaml(path: str | os.PathLike, limit: int = MAX_YAML_BYTES, max_nodes: int = MAX_YAML_NODES) -> Any:
+def read_yaml(
+    path: str | os.PathLike, limit: int = MAX_YAML_BYTES, max_nodes: int = MAX_YAML_NODES, *, yaml11: bool = False
+) -> Any:
     """A YAML document with safe types only, refused (:class:`RunDirError`) when it is larger than ``limit``
-    bytes or expands, aliases included, to more than ``max_nodes`` nodes.
+    bytes or expands, aliases included, to more than ``max_nodes`` nodes. ``yaml11``: read scalars exactly as
+    ``yaml.safe_load`` does (``1e-3`` stays text) instead of as configs are read.
 
     >>> import tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "c.yaml"
@@ -190,7 +197,7 @@ def read_yaml(path: str | os.PathLike, limit: int = MAX_YAML_BYTES, max_nodes: i
     import yaml
 
     text = read_bytes(path, limit).decode("utf-8", errors="replace")
-    loader = _loader_class()(text)
+    loader = (yaml.SafeLoader if yaml11 else _loader_class())(text)
     try:
         node = loader.get_single_node()
         if node is None:
@@ -254,6 +261,15 @@ def iter_jsonl(path: str | os.PathLike, max_line_bytes: int = MAX_LINE_BYTES) ->
     """``(line number, value, problem)`` for every non-blank line: ``problem`` is ``""`` for a JSON object and
     otherwise says why the line is unusable (then ``value`` is None). An unparsable last line without its
     newline is ``"torn"``: a write that was cut off."""
+    for number, _, value, problem in iter_jsonl_lines(path, max_line_bytes):
+        yield number, value, problem
+
+
+def iter_jsonl_lines(
+    path: str | os.PathLike, max_line_bytes: int = MAX_LINE_BYTES
+) -> Iterator[tuple[int, bytes, Any, str]]:
+    """As :func:`iter_jsonl`, with each line's bytes second (empty for a line longer than ``max_line_bytes``,
+    which is skipped without being held)."""
     with open_regular(path) as handle:
         number = 0
         while True:
@@ -264,11 +280,11 @@ def iter_jsonl(path: str | os.PathLike, max_line_bytes: int = MAX_LINE_BYTES) ->
             if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
                 while raw and not raw.endswith(b"\n"):  # skip the rest of the oversized line
                     raw = handle.readline(max_line_bytes)
-                yield number, None, f"longer than {max_line_bytes} bytes"
+                yield number, b"", None, f"longer than {max_line_bytes} bytes"
                 continue
             if not raw.strip():
                 continue
-            yield number, *_parse_line(raw)
+            yield number, raw, *_parse_line(raw)
 
 
 def _parse_line(raw: bytes) -> tuple[Any, str]:

@@ -6,6 +6,7 @@ real argument parser (``mirl.cli.main``) and fails before any model is loaded, s
 """
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -42,6 +43,14 @@ def files(tmp_path):
     grid = "  envs: [[{name: sokoban, options: {height: abc}}]]\n"
     (tmp_path / "envsweep.yaml").write_text(f"name: s\ngrid:\n{grid}seeds: [1]\n")
     write_episodes(tmp_path / "good.jsonl", grid_episodes(num_groups=2, samples=2, num_turns=1))
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "bomb.yaml").write_text(
+        "name: bomb\na: &a [x, x, x, x, x, x, x, x, x, x]\n"
+        + "".join(f"{n}: &{n} [{', '.join([f'*{p}'] * 10)}]\n" for p, n in zip("abcdef", "bcdefg", strict=True))
+        + "grid: {rollout.group_size: *g}\n"
+    )
+    grid = "".join(f"  rollout.k{k}: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]\n" for k in range(8))
+    (tmp_path / "big.yaml").write_text(f"name: big\ngrid:\n{grid}seeds: [1]\n")
     return tmp_path
 
 
@@ -135,6 +144,23 @@ CASES = {
     "analyze not a sweep": (["analyze", "{tmp}/adir"], "has no sweep.json"),
     "analyze bad kind": (["analyze", "{tmp}/adir", "--kind", "bogus"], "invalid choice: 'bogus'"),
     "unknown command": (["trian"], "invalid choice: 'trian'"),
+    # inputs that once ended in a traceback
+    "train control character": (["train", "trainer.name=a\x01b"], "control characters are not allowed"),
+    "train malformed envs": (["train", "envs=[{name: "], "'envs=[{name: ' has a value that is not valid YAML"),
+    "train malformed mapping": (["train", "envs={a"], "has a value that is not valid YAML"),
+    "train sokoban option type": (["train", "envs=[{name: sokoban, options: {height: abc}}]"], "must be an int"),
+    "train fifo config": (["train", "{tmp}/fifo"], "is not a regular file (a pipe, socket or device)"),
+    "train device config": (["train", "/dev/zero"], "is not a regular file (a pipe, socket or device)"),
+    "eval fifo config": (["eval", "some/model", "--config", "{tmp}/fifo"], "is not a regular file"),
+    "play env option type": (["play", "sokoban", "height=abc"], "height of environment 'sokoban' must be an int"),
+    "play negative seed": (["play", "sokoban", "--seed", "-1"], "--seed must be an integer in [0, 2**63), got -1"),
+    "diagnose huge pairs": (["diagnose", "{tmp}/good.jsonl", "--pairs", "1000000000000"], "--pairs must be at most"),
+    "sweep alias bomb": (["sweep", "{tmp}/bomb.yaml", "--dry-run"], "YAML nodes once aliases are expanded"),
+    "sweep too many runs": (["sweep", "{tmp}/big.yaml", "--dry-run"], "expands to 100,000,000 runs"),
+    "verl-data too many rows": (
+        ["verl-data", "sokoban", "{tmp}/vd", "--train", "1000000000", "--val", "1"],
+        "--train must be at most 1,000,000 instances",
+    ),
 }
 DEVICE_CASES = {
     "train device": (["train", "--defaults", "model.device=cuda"], "has no CUDA GPU"),

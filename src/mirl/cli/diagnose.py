@@ -15,6 +15,7 @@ from pathlib import Path
 
 SCOPE_CHOICES = ("first_turn", "trajectory", "turn_position", "all")
 DEFAULT_SCOPES = ("first_turn", "trajectory")
+MAX_PAIRS = 100_000  # rows scored per scope; far beyond any rollout file, far below what exhausts memory
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         choices=SCOPE_CHOICES,
         help="repeatable; default first_turn and trajectory (the paper's); all = those and turn_position",
     )
-    parser.add_argument("--pairs", type=int, default=64, help="(X, Z) pairs per scope (default 64)")
+    parser.add_argument("--pairs", type=int, default=64, help="(X, Z) pairs per scope (default 64, at most 100000)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the pair samplers (default 0)")
     parser.add_argument("--mode", choices=("shared", "naive"), default="shared", help="prefix-shared or naive scoring")
     parser.add_argument("--action-dependence", action="store_true", help="also score Z -> answer and X -> answer")
@@ -72,6 +73,8 @@ def run_diagnose(args: argparse.Namespace) -> int:
     for flag, value in (("--pairs", args.pairs), ("--max-batch-tokens", args.max_batch_tokens)):
         if value < 1:
             raise UserError(f"{flag} must be >= 1, got {value}")
+    if args.pairs > MAX_PAIRS:  # each pair is a sampled row of the score matrix; the paper uses 64
+        raise UserError(f"--pairs must be at most {MAX_PAIRS}, got {args.pairs}; e.g. --pairs 256")
     check_output_file(args.out)
     fmt, records = load_records(args.rollouts)  # a bad file fails here, before a model is loaded
     policy = load_policy(args.model, device=args.device, dtype=args.dtype, max_batch_tokens=args.max_batch_tokens)

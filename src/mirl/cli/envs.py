@@ -76,6 +76,8 @@ def split_seed(words: list[str], seed: int) -> tuple[int, list[str]]:
             seed = int(value)
         else:
             rest.append(word)
+    if not 0 <= seed < 2**63:  # the env seeds numpy's generator, which takes no negative seed
+        raise ValueError(f"--seed must be an integer in [0, 2**63), got {seed}; e.g. --seed 3")
     return seed, rest
 
 

@@ -33,13 +33,17 @@ def load_run_policy(run_dir: Path, checkpoint: Path | None, config):
 
     if checkpoint is None:
         return load_trained_policy(run_dir, config).eval()
-    from mirl.trainer.checkpoint import load_checkpoint
+    from mirl.trainer.checkpoint import MISFIT, load_checkpoint, misfit_error
     from mirl.trainer.setup import _lora, load_policy
 
+    state = load_checkpoint(checkpoint)  # before the model: a refused checkpoint costs no load
     policy = load_policy(config)
     if config.model.lora_rank > 0:
         policy.model = _lora(policy.model, config)
-    policy.model.load_state_dict(load_checkpoint(checkpoint)["policy"])
+    try:
+        policy.model.load_state_dict(state["policy"])
+    except MISFIT as error:
+        raise misfit_error(checkpoint, error) from None
     if config.model.lora_rank > 0:
         policy.model = policy.model.merge_and_unload()
     return policy.eval()

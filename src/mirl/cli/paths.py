@@ -42,7 +42,8 @@ def check_run_directory(path: str | Path) -> Path:
     if not path.exists():
         raise UserError(f"run directory {str(path)!r} does not exist; pass a run directory such as runs/<name>")
     if not path.is_dir():
-        raise UserError(f"{str(path)!r} is a file, not a run directory; pass a run directory such as runs/<name>")
+        kind = "a file" if path.is_file() else "a pipe, socket or device"
+        raise UserError(f"{str(path)!r} is {kind}, not a run directory; pass a run directory such as runs/<name>")
     if not any((path / name).is_file() for name in RUN_FILES):
         raise UserError(
             f"{str(path)!r} is not a run directory (it holds none of {', '.join(RUN_FILES)}); "

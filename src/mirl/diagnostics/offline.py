@@ -96,13 +96,14 @@ def read_chat_records(records: Sequence[dict], tokenizer) -> list[Episode]:
 
 def _chat_turns(record: dict, line: int, tokenizer) -> list[Turn]:
     from mirl.rollout.parsing import parse_reply, reasoning_span
+    from mirl.rollout.prompts import render_chat
 
     messages = _normalised_messages(record, line)
     turns = []
     for m, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
-        rendered = tokenizer.apply_chat_template(messages[:m], tokenize=False, add_generation_prompt=True)
+        rendered = render_chat(tokenizer, messages[:m])
         context_ids = tuple(tokenizer.encode(rendered + _THINK_OPEN, add_special_tokens=False))
         body = message["content"][len(_THINK_OPEN) :]
         response_ids = tuple(tokenizer.encode(body, add_special_tokens=False))

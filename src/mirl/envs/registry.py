@@ -84,7 +84,7 @@ def check_options(name: str, options: Mapping[str, Any]) -> None:
     :mod:`mirl.envs.option_types`), a NaN/inf number, or a value outside the env's bounds.
 
     Upper bounds are the class attribute ``option_limits``: ``{option: largest value}``, for numbers or
-    sequences of numbers (lower bounds and types are the constructor's to check). Nothing is built, so a
+    sequences of numbers (lower bounds are the constructor's to check). Nothing is built, so a
     data-backed env is checked without loading its data.
     """
     cls = _lookup(name)

@@ -1,7 +1,8 @@
 """Write an analysis as markdown, CSV and a PNG figure, and keep an HTML index of the sweep's analyses.
 
 Files go to ``<sweep_dir>/analysis/<kind>.{md,csv,png}`` and ``<sweep_dir>/analysis/index.html``; every write is
-atomic and never follows a link (:mod:`mirl.experiments.writing`).
+atomic and never follows a link (:mod:`mirl.experiments.writing`), and an ``analysis/`` folder that is itself a
+link is refused (:func:`mirl.safeio.ensure_dir`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from mirl.experiments.analyses import KINDS, Stat, Table
 from mirl.experiments.writing import write_bytes_atomic, write_text_atomic
+from mirl.safeio import ensure_dir
 
 
 def _text(value) -> str:
@@ -128,7 +130,7 @@ def figure_png(table: Table) -> bytes:
 def write_analysis(sweep_dir: Path, table: Table, out_dir: Path | None = None) -> dict[str, Path]:
     """Write the three files of one analysis to ``out_dir`` (default ``<sweep_dir>/analysis``) and refresh the
     index there; returns their paths."""
-    out_dir = Path(out_dir) if out_dir is not None else Path(sweep_dir) / "analysis"
+    out_dir = ensure_dir(Path(out_dir) if out_dir is not None else Path(sweep_dir) / "analysis")  # never a link
     paths = {ext: out_dir / f"{table.kind}.{ext}" for ext in ("md", "csv", "png")}
     write_text_atomic(paths["md"], markdown(table))
     write_text_atomic(paths["csv"], csv_text(table))

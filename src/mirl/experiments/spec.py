@@ -24,6 +24,7 @@ Every run resumes from its last checkpoint when restarted, so the runner adds ``
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,11 +33,14 @@ from typing import Any
 import yaml
 
 from mirl.errors import UserError
+from mirl.safeio import MalformedFileError, RunDirError, read_yaml
 
 RESUMABLE = ("trainer.checkpoint_every=1", "trainer.keep_checkpoints=1")
 _SPEC_KEYS = {"name", "base", "output_dir", "overrides", "grid", "cases", "seeds", "description"}
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 MAX_SPEC_BYTES = 1_000_000
+MAX_SPEC_NODES = 50_000  # YAML nodes once aliases are expanded (mirl.safeio); a spec has a few dozen
+MAX_RUNS = 10_000  # runs one spec may expand to; the paper's largest sweep has a few hundred
 
 
 class SpecError(UserError, ValueError):
@@ -74,8 +78,21 @@ class SweepSpec:
     def sweep_dir(self) -> Path:
         return self.output_dir / self.name
 
+    @property
+    def size(self) -> int:
+        """The number of runs: cases x the product of the grid's value counts x seeds (nothing is expanded)."""
+        return max(len(self.cases), 1) * math.prod(len(values) for values in self.grid.values()) * len(self.seeds)
+
+    def check_size(self) -> None:
+        if self.size > MAX_RUNS:
+            raise SpecError(
+                f"sweep {self.name!r} expands to {self.size:,} runs (cases x grid values x seeds); at most "
+                f"{MAX_RUNS:,} are allowed in one sweep: split it, or fewer values per grid key"
+            )
+
     def runs(self) -> list[PlannedRun]:
         """Cells (cases x grid product, in spec order) x seeds, with unique names."""
+        self.check_size()
         keys = list(self.grid)
         cases = self.cases or (Case("", ()),)
         planned, names = [], set()
@@ -126,12 +143,12 @@ def load_spec(path: str | Path) -> SweepSpec:
     path = Path(path)
     if not path.is_file():
         raise SpecError(f"sweep spec {str(path)!r} is not a file; see configs/sweeps/ for examples")
-    if path.stat().st_size > MAX_SPEC_BYTES:
-        raise SpecError(f"sweep spec {str(path)!r} is larger than {MAX_SPEC_BYTES} bytes; a spec is a small YAML file")
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as err:
-        raise SpecError(f"sweep spec {str(path)!r} is not valid YAML: {str(err).splitlines()[0]}") from None
+    try:  # the config reader's limits: size, and nodes counted with aliases expanded
+        raw = read_yaml(path, limit=MAX_SPEC_BYTES, max_nodes=MAX_SPEC_NODES, yaml11=True)
+    except MalformedFileError as err:
+        raise SpecError(f"sweep spec {str(path)!r} is not valid YAML: {err.detail}") from None
+    except RunDirError as err:
+        raise SpecError(str(err)) from None
     if not isinstance(raw, dict):
         raise SpecError(f"sweep spec {str(path)!r} must be a mapping with name, base, grid, seeds")
     unknown = sorted(set(raw) - _SPEC_KEYS)
@@ -139,7 +156,7 @@ def load_spec(path: str | Path) -> SweepSpec:
         raise SpecError(
             f"sweep spec {str(path)!r}: unknown field {unknown[0]!r}; allowed: {', '.join(sorted(_SPEC_KEYS))}"
         )
-    return SweepSpec(
+    spec = SweepSpec(
         name=_name(raw.get("name", path.stem)),
         base=_base(raw.get("base"), path),
         output_dir=Path(_text(raw.get("output_dir", "runs/sweeps"), "output_dir")),
@@ -149,6 +166,8 @@ def load_spec(path: str | Path) -> SweepSpec:
         seeds=_seeds(raw.get("seeds", [1])),
         description=_text(raw.get("description", ""), "description"),
     )
+    spec.check_size()
+    return spec
 
 
 def _text(value: Any, key: str) -> str:

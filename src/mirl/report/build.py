@@ -245,7 +245,7 @@ def build_report(
     """
     start = time.perf_counter()
     run = read_run(run_dir)
-    target = Path(out) if out is not None else run.path / "report.html"
+    target = Path(out) if out is not None else ensure_dir(Path(run_dir)) / "report.html"  # refuses a linked run dir
     sections = report_sections(run, iterations, family, episodes)
     subtitle = f"mirl run report · {run.path}"
     page = render_page(f"Run {run.name}", subtitle, sections, banner(run))

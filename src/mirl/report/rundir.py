@@ -114,9 +114,10 @@ def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
 
 
 def _as_iteration(value: Any) -> int | None:
+    """A whole iteration number in ``[0, 2**53)`` (exact as a float, fits int64), else None."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return None
-    return int(value)
+    return int(value) if 0 <= value < 2**53 else None
 
 
 def build_metrics(records: list[dict[str, Any]]) -> Metrics:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mirl.errors import UserError
 from mirl.rollout.parsing import ACTION_SEPARATOR, THINK_OPEN
 
 ROLE_SENTENCE = "You are an agent that solves the task below by reasoning step by step and then acting."
@@ -164,8 +165,27 @@ class ChatFormat:
 
 
 def _render(tokenizer, messages: list[tuple[str, str]]) -> str:
-    conversation = [{"role": role, "content": content} for role, content in messages]
-    return tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
+    return render_chat(tokenizer, [{"role": role, "content": content} for role, content in messages])
+
+
+class ChatTemplateError(UserError, ValueError):
+    """The model's chat template does not render (a template error, or an operation its sandbox refuses)."""
+
+
+def render_chat(tokenizer, conversation: list[dict]) -> str:
+    """``tokenizer.apply_chat_template(conversation)`` as text with the generation prompt; a template that fails
+    to render (jinja2's ``TemplateError``, including the ``SecurityError`` of transformers' sandbox for a
+    template reaching for Python internals) is a :class:`ChatTemplateError` naming the reason."""
+    from jinja2 import TemplateError
+
+    try:
+        return tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
+    except TemplateError as error:
+        reason = " ".join(str(error).split())[:200]
+        raise ChatTemplateError(
+            f"the model's chat template failed to render ({type(error).__name__}: {reason}); use a model with a "
+            "working template, or set tokenizer_config.json's chat_template to a trusted one"
+        ) from None
 
 
 def encode(tokenizer, text: str) -> tuple[int, ...]:

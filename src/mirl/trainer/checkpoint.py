@@ -7,14 +7,17 @@ checkpoint that exists is always complete. Only the last ``keep`` checkpoints ar
 
 Loading never unpickles: ``torch.load(..., weights_only=True)`` accepts tensors and plain containers only, so a
 crafted ``state.pt`` holding any other Python object is refused (:class:`CheckpointError`) and nothing in it
-runs. A damaged newest ``state.pt`` (a disk that lost the tail of a file, a copy that was cut short) is skipped
-with a message, and the next older complete checkpoint is used.
+runs. Only a whole, valid pickle opcode stream that names Python objects is called a pickle (the opcodes are
+listed with :mod:`pickletools`, never run). A damaged newest ``state.pt`` (a disk that lost the tail of a file,
+a copy that was cut short, a file of zeros or noise, a value that is not a checkpoint) is skipped with a message,
+and the next older complete checkpoint is used.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
+import pickletools
 import re
 import shutil
 import sys
@@ -27,7 +30,6 @@ import torch
 from mirl.safeio import RunDirError, ensure_dir
 
 _NAME = re.compile(r"iteration_(\d{6,})\Z")
-_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
 
 
 class CheckpointError(RunDirError):
@@ -96,28 +98,64 @@ def latest_checkpoint(directory: Path) -> Path | None:
 def load_checkpoint(path: Path) -> dict:
     """The state saved in checkpoint folder ``path``: tensors and plain containers only, never code.
 
-    Raises :class:`CheckpointError` for a file holding other pickled objects; lets the reader's own error
-    through for a damaged file (see :func:`load_latest`).
+    Raises :class:`CheckpointError` when ``state.pt`` is a complete, valid pickle opcode stream that names
+    Python objects (which the safe loader refused); lets the reader's own error through for damaged bytes
+    (zeros, a cut tail, noise) and raises ``ValueError`` for a value that is not a mirl checkpoint; both of
+    those are damage :func:`load_latest` falls back from.
     """
     try:
         state = torch.load(path / "state.pt", map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:
-        if "weights only" not in str(error).lower():
+    except pickle.UnpicklingError:
+        objects = pickled_objects(path / "state.pt")
+        if not objects:  # not a whole pickle stream naming Python objects: damaged bytes, not an attack
             raise
-        found = _GLOBAL.search(str(error))
-        what = f" ({found.group(1)})" if found else ""
         raise CheckpointError(
-            f"refusing to load {path / 'state.pt'}: it holds a pickled Python object{what}, which could run code; "
-            "mirl writes only tensors and plain values. Do not use this run directory"
+            f"refusing to load {path / 'state.pt'}: it holds a pickled Python object ({', '.join(objects[:3])}), "
+            "which could run code; mirl writes only tensors and plain values. Do not use this run directory"
         ) from None
-    if not isinstance(state, dict):
-        raise CheckpointError(
-            f"{path / 'state.pt'} does not hold a mirl checkpoint (a dict), got {type(state).__name__}"
-        )
+    if not isinstance(state, dict) or "policy" not in state:
+        raise ValueError(f"it holds a {type(state).__name__}, not a mirl checkpoint (a dict with the policy)")
     return state
 
 
-DAMAGED = (RuntimeError, EOFError, OSError, zipfile.BadZipFile, pickle.UnpicklingError)
+_MAX_PICKLE_BYTES = 64 << 20  # the pickle stream of a checkpoint holds the structure only, not the tensors
+
+
+def pickled_objects(path: Path) -> list[str] | None:
+    """The object references (``module.name``) in the pickle stream of ``path`` (torch's zip
+    format: its ``data.pkl``; else the file itself) when it is a whole, valid pickle opcode stream, else None.
+    The opcodes are only listed (:func:`pickletools.genops`), never executed."""
+    found, strings, stopped = [], ["", ""], False
+    try:
+        for opcode, arg, _ in pickletools.genops(_pickle_stream(path)):
+            if opcode.name in ("GLOBAL", "INST"):
+                found.append(str(arg).replace(" ", "."))
+            elif opcode.name == "STACK_GLOBAL":  # module and name are the last two strings pushed
+                found.append(".".join(strings))
+            elif isinstance(arg, str):
+                strings = [strings[1], arg]
+            stopped = opcode.name == "STOP"
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError):
+        return None
+    return found if stopped else None
+
+
+def _pickle_stream(path: Path) -> bytes:
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as archive:
+            name = next((n for n in archive.namelist() if n == "data.pkl" or n.endswith("/data.pkl")), None)
+            if name is None:
+                return b""
+            with archive.open(name) as member:
+                return member.read(_MAX_PICKLE_BYTES)
+    with open(path, "rb") as handle:
+        return handle.read(_MAX_PICKLE_BYTES)
+
+
+# what damaged bytes make torch's safe loader raise (found by loading zero-filled, cut and random files)
+DAMAGED = (
+    RuntimeError, EOFError, OSError, zipfile.BadZipFile, pickle.UnpicklingError, LookupError, ValueError, TypeError
+)  # fmt: skip
 
 
 def load_latest(directory: Path) -> tuple[Path, dict] | None:
@@ -146,6 +184,21 @@ def load_latest(directory: Path) -> tuple[Path, dict] | None:
             "the run again from iteration 0"
         )
     return None
+
+
+MISFIT = (RuntimeError, KeyError, TypeError, ValueError)  # what loading states of another model shape raises
+
+
+def misfit_error(path: Path, error: BaseException) -> CheckpointError:
+    """The one-line refusal of a checkpoint whose states do not fit the model and optimiser built from the config
+    (another base model, size or LoRA setting): the first concrete mismatch and the fix."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    detail = next((line for line in lines if line.startswith(("size mismatch", "Missing key", "Unexpected key"))), "")
+    detail = (detail or (lines[0] if lines else type(error).__name__))[:200]
+    return CheckpointError(
+        f"{path} does not fit the model of this config ({detail}); it was saved from another model or LoRA "
+        "setting: resume or evaluate with the run's own config.yaml (model.name, model.lora_rank), or start a new run"
+    )
 
 
 def _first_line(error: BaseException) -> str:

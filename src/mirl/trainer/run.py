@@ -18,8 +18,10 @@ from mirl.diagnostics.run import DiagnosticsState
 from mirl.rollout.io import episode_to_record
 from mirl.safeio import append_jsonl, atomic_write_text, ensure_dir
 from mirl.trainer.checkpoint import (
+    MISFIT,
     CheckpointError,
     load_latest,
+    misfit_error,
     remove_incomplete,
     rng_state,
     save_checkpoint,
@@ -153,7 +155,10 @@ def restore(run_dir: Path, learner: Learner, state: TrainState) -> bool:
     the run starts again from iteration 0). False when there is no checkpoint."""
     found = load_latest(run_dir / "checkpoints")
     if found is not None:
-        _load_payload(found[1], learner, state)
+        try:
+            _load_payload(found[1], learner, state)
+        except MISFIT as error:
+            raise misfit_error(found[0], error) from None
     for log in ("metrics.jsonl", "groups.jsonl"):
         repair_jsonl(run_dir / log, state.iteration)
     repair_rollouts(run_dir / "rollouts", state.iteration)
@@ -209,7 +214,10 @@ def load_trained_policy(run_dir: Path, config: Config):
     policy = load_policy(config)
     if config.model.lora_rank > 0:
         policy.model = _lora(policy.model, config)
-    policy.model.load_state_dict(found[1]["policy"])
+    try:
+        policy.model.load_state_dict(found[1]["policy"])
+    except MISFIT as error:
+        raise misfit_error(found[0], error) from None
     if config.model.lora_rank > 0:
         policy.model = policy.model.merge_and_unload()
     return policy.eval()

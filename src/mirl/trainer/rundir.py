@@ -10,11 +10,21 @@ import json
 import os
 import platform
 import re
+import sys
 import time
 from pathlib import Path
 
 import mirl
-from mirl.safeio import RunDirError, append_jsonl, atomic_write_text, iter_jsonl, read_json, remove_stale_tmp
+from mirl.safeio import (
+    RunDirError,
+    append_bytes,
+    append_jsonl,
+    atomic_write_text,
+    iter_jsonl,
+    iter_jsonl_lines,
+    read_json,
+    remove_stale_tmp,
+)
 
 __all__ = ["RunSummary", "append_jsonl", "atomic_write_text", "check_outputs", "repair_jsonl", "repair_rollouts"]
 
@@ -25,14 +35,14 @@ OUTPUT_DIRS = ("rollouts", "checkpoints", "tb", "report")
 
 
 def check_outputs(run_dir: Path) -> None:
-    """Refuse a run directory where a symbolic link sits at a file mirl appends to or reads back on resume, or
-    at a folder it writes into (before any work is done). Other outputs (``report.html``, files inside the
-    folders) are written by rename, which replaces a planted link."""
-    for name in OUTPUTS + OUTPUT_DIRS:
-        if (run_dir / name).is_symlink():
+    """Refuse a run directory that is itself a symbolic link, or where a link sits at a file mirl appends to or
+    reads back on resume, or at a folder it writes into (before any work is done). Other outputs
+    (``report.html``, files inside the folders) are written by rename, which replaces a planted link."""
+    for path in (run_dir, *(run_dir / name for name in OUTPUTS + OUTPUT_DIRS)):
+        if path.is_symlink():
             raise RunDirError(
-                f"{run_dir / name} is a symbolic link; mirl never writes through links. "
-                f"Remove it (rm {run_dir / name}) and run again"
+                f"{path} is a symbolic link; mirl never writes through links. Remove it (rm {path}) and run again, "
+                "or name the real directory"
             )
 
 
@@ -47,23 +57,50 @@ def repair_jsonl(path: Path, last_iteration: int) -> int:
     """Cut a log back to the finished iterations ``1..last_iteration``, each kept once (its first line).
 
     Drops torn lines, lines that are not JSON objects or carry no integer ``iteration``, and every line of a
-    later iteration (it will be run again). Rewrites the file atomically, only when something changes; returns
-    the number of lines dropped.
+    later iteration (it will be run again). Every dropped line is named on stderr (line number and reason, the
+    first :data:`NAMED_DROPS`, then a count) and appended, as it was, to ``<log>.dropped`` beside the log.
+    Rewrites the file atomically, only when something changes; returns the number of lines dropped.
     """
     if not path.exists() and not path.is_symlink():
         return 0
-    kept, seen, dropped = [], set(), 0
-    for _, record, problem in iter_jsonl(path):
-        iteration = None if problem else record.get("iteration")
-        usable = type(iteration) is int and 1 <= iteration <= last_iteration and iteration not in seen
-        if not usable:
-            dropped += 1
+    kept, seen, dropped = [], set(), []  # dropped: (line number, reason, the line's bytes)
+    for number, raw, record, problem in iter_jsonl_lines(path):
+        reason = problem or _unusable(record.get("iteration"), last_iteration, seen)
+        if reason:
+            dropped.append((number, reason, raw))
             continue
-        seen.add(iteration)
+        seen.add(record["iteration"])
         kept.append(json.dumps(record, ensure_ascii=False) + "\n")
+    if dropped:
+        _keep_dropped(path, dropped)
     if dropped or path.is_symlink() or _ends_torn(path):
         atomic_write_text(path, "".join(kept))
-    return dropped
+    return len(dropped)
+
+
+NAMED_DROPS = 10  # dropped lines named one by one on stderr; the side file keeps all of them
+
+
+def _unusable(iteration, last_iteration: int, seen: set[int]) -> str:
+    """Why a parsed line is dropped ("" when it is kept)."""
+    if type(iteration) is not int or iteration < 1:
+        return "no iteration number >= 1"
+    if iteration > last_iteration:
+        return f"iteration {iteration} is after the checkpoint (iteration {last_iteration}) and runs again"
+    return f"a second line of iteration {iteration}" if iteration in seen else ""
+
+
+def _keep_dropped(path: Path, dropped: list[tuple[int, str, bytes]]) -> None:
+    side = path.with_name(path.name + ".dropped")
+    lines = [raw if raw.endswith(b"\n") else raw + b"\n" for _, _, raw in dropped if raw]
+    if lines:
+        append_bytes(side, b"".join(lines))
+    named = "; ".join(f"line {number}: {reason}" for number, reason, _ in dropped[:NAMED_DROPS])
+    more = f"; and {len(dropped) - NAMED_DROPS} more" if len(dropped) > NAMED_DROPS else ""
+    print(
+        f"mirl: dropped {len(dropped)} line(s) of {path} ({named}{more}); kept as they were in {side}",
+        file=sys.stderr,
+    )
 
 
 def _ends_torn(path: Path) -> bool:

@@ -1,0 +1,151 @@
+"""Hostile files and directories: linked run and analysis directories, alias-bomb sweep specs, damaged
+checkpoints that must not block a resume, and a metrics log of noise that must not vanish silently."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from mirl.cli import main
+from mirl.experiments import KINDS, read_sweep, write_analysis
+from mirl.safeio import RunDirError
+from mirl.trainer.checkpoint import CheckpointError, load_latest
+
+from ..experiments.test_analyses import make_sweep
+
+
+def _victim(tmp_path):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "config.yaml").write_text("rollout: {group_size: 4}\n")
+    for name in ("report.html", "groups.jsonl", "metrics.jsonl"):
+        (victim / name).write_text("the victim's own file\n")
+    return victim
+
+
+def _untouched(victim):
+    return all((victim / n).read_text() == "the victim's own file\n" for n in ("report.html", "groups.jsonl"))
+
+
+def test_report_refuses_a_run_directory_that_is_a_link(tmp_path, capsys):
+    victim = _victim(tmp_path)
+    (tmp_path / "run").symlink_to(victim)
+    assert main(["report", str(tmp_path / "run")]) == 2
+    assert "is a symbolic link" in capsys.readouterr().err and _untouched(victim)
+
+
+def test_train_refuses_a_run_directory_that_is_a_link(tmp_path, capsys):
+    victim = _victim(tmp_path)
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "x").symlink_to(victim)
+    argv = ["train", f"trainer.output_dir={tmp_path / 'runs'}", "trainer.name=x", "trainer.iterations=1"]
+    assert main(argv) == 2
+    assert "is a symbolic link" in capsys.readouterr().err and _untouched(victim)
+    assert main(["train", "--resume", str(tmp_path / "runs" / "x")]) == 2
+    assert "is a symbolic link" in capsys.readouterr().err and _untouched(victim)
+
+
+def test_an_analysis_directory_that_is_a_link_is_refused(tmp_path):
+    runs = [("r1", {"filter.value": "0.5"}, 1, {}, [{"rollout/success": 0.5}])]
+    sweep = make_sweep(tmp_path / "sw", runs)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (sweep / "analysis").symlink_to(victim)
+    with pytest.raises(RunDirError, match="is a symbolic link"):
+        write_analysis(sweep, KINDS["table"](read_sweep(sweep)))
+    assert list(victim.iterdir()) == []
+
+
+PEAK = """
+import resource, sys
+from mirl.experiments import load_spec
+from mirl.experiments.spec import SpecError
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    load_spec(sys.argv[1]).runs()
+    print("loaded")
+except SpecError as err:
+    print("refused:", err)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
+"""
+
+
+def _alias_bomb(levels: int) -> str:
+    lines = ["name: bomb", 'l0: &l0 ["x", "x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    for level in range(1, levels):
+        lines.append(f"l{level}: &l{level} [" + ", ".join([f"*l{level - 1}"] * 10) + "]")
+    lines.append(f"grid: {{rollout.group_size: *l{levels - 1}}}")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_sweep_spec_alias_bomb_is_refused_in_little_memory(tmp_path):
+    """789 bytes of nested aliases expand to 10^7 values; the old reader reached 5 GB planning the runs."""
+    spec = tmp_path / "bomb.yaml"
+    spec.write_text(_alias_bomb(7))
+    assert spec.stat().st_size < 1000
+    done = subprocess.run([sys.executable, "-c", PEAK, str(spec)], capture_output=True, text=True, timeout=60)
+    lines = done.stdout.splitlines()
+    assert lines and "more than 50000 YAML nodes once aliases are expanded" in lines[0], done
+    assert int(lines[-1]) < 50
+
+
+def test_a_spec_of_a_hundred_million_runs_is_refused_with_its_count(tmp_path, capsys):
+    grid = "\n".join(f"  key{k}.x: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]" for k in range(8))
+    spec = tmp_path / "big.yaml"
+    spec.write_text(f"name: big\ngrid:\n{grid}\nseeds: [1]\n")
+    assert spec.stat().st_size < 450
+    for extra in (["--dry-run"], []):
+        assert main(["sweep", str(spec), *extra]) == 2
+        assert "expands to 100,000,000 runs" in capsys.readouterr().err
+
+
+@pytest.fixture
+def checkpoints(tmp_path):
+    """Two checkpoints whose older one is intact: iteration 1 holds a small real state."""
+    directory = tmp_path / "checkpoints"
+    for iteration in (1, 2):
+        folder = directory / f"iteration_{iteration:06d}"
+        folder.mkdir(parents=True)
+        torch.save({"iteration": iteration, "policy": {"w": torch.ones(2)}}, folder / "state.pt")
+    return directory
+
+
+@pytest.mark.parametrize("size", [1, 2, 8, 100])
+@pytest.mark.parametrize("fill", [b"\0", b"\xff"])
+def test_a_tiny_or_zero_filled_newest_checkpoint_falls_back_with_a_warning(checkpoints, capsys, size, fill):
+    """The old loader called any weights-only failure a pickle and refused the run directory."""
+    (checkpoints / "iteration_000002" / "state.pt").write_bytes(fill * size)
+    path, state = load_latest(checkpoints)
+    assert path.name == "iteration_000001" and state["iteration"] == 1
+    err = capsys.readouterr().err
+    assert "iteration_000002/state.pt is damaged" in err and "using iteration_000001" in err
+
+
+class Payload:
+    def __reduce__(self):
+        return (os.system, ("true",))
+
+
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_a_real_pickle_stream_is_still_refused_by_name(checkpoints, protocol):
+    (checkpoints / "iteration_000002" / "state.pt").write_bytes(
+        pickle.dumps({"iteration": 2, "policy": Payload()}, protocol=protocol)
+    )
+    with pytest.raises(CheckpointError, match=r"pickled Python object \((posix|os)\.system\)"):
+        load_latest(checkpoints)
+
+
+def test_a_report_of_a_huge_iteration_number_is_no_traceback(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("rollout: {group_size: 4}\n")
+    lines = [{"iteration": 1e300, "rollout/success": 0.5}, {"iteration": 1, "rollout/success": 0.25}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert main(["report", str(run)]) == 0
+    assert "Traceback" not in capsys.readouterr().err and (run / "report.html").is_file()
