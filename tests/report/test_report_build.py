@@ -129,7 +129,7 @@ def test_chosen_iterations_and_custom_output(make_run, tmp_path):
 def test_regime_table_lists_the_latest_regime(full_report):
     regime = section_html(full_report[2], "sec-regime")
     # synthetic MI at t = 20/20: 0.6 exp(-3) = 0.0299 < 0.1 log 64 = 0.416 -> template_collapse at iteration 20
-    assert "<td>trajectory</td><td>template_collapse</td><td>20</td>" in regime
+    assert "<td>trajectory</td><td>template_collapse</td><td>20</td><td>reasoning is varied but barely" in regime
     assert "Thresholds: H(Z|X) = 0.5 (nats per token, scored at T = 1, for samples drawn at T = 1)" in regime
     assert "docs/metrics.md" in regime
 

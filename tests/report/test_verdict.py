@@ -119,3 +119,10 @@ def test_summary_warnings_and_no_data(tmp_path):
     assert slow["warnings"][0] in verdict(write(tmp_path, [UPDATED], summary=slow, name="a")).warnings
     empty = verdict(read_run(tmp_path))
     assert empty.health == "no data" and empty.line().startswith("summary: no data | status unknown")
+
+
+def test_an_unusable_config_value_falls_back_to_the_default(tmp_path):
+    config = {"diagnostics": {"regime_min_iterations": "three", "regime_entropy_threshold": None}}
+    run = write(tmp_path, [UPDATED | diag(regime="template_collapse")] * 3, config=config)
+    assert verdict_module.criteria(run) == verdict_module.Criteria()
+    assert verdict(run).regime == "template_collapse"

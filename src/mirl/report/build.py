@@ -22,6 +22,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from mirl.diagnostics.regimes import READINGS
 from mirl.report import plots, plots_batch
 from mirl.report.html import Image, Section, esc, render_page, table
 from mirl.report.overview import banner, overview_section, raw_metrics_section
@@ -97,10 +98,11 @@ def _regime_table(run: RunData) -> str:
         match = REGIME_KEY.fullmatch(key)
         if match and entries:
             scope = match.group(1) + (f" ({match.group(2)})" if match.group(2) else "")
-            rows.append((scope, entries[-1][1], entries[-1][0]))
+            rows.append((scope, entries[-1][1], entries[-1][0], READINGS.get(entries[-1][1], "")))
     if not rows:
         return ""
-    return "<h3>Latest regime named by the trainer</h3>" + table(("scope", "regime", "iteration"), rows)
+    header = ("scope", "regime", "iteration", "reading")
+    return "<h3>Latest regime named by the trainer</h3>" + table(header, rows)
 
 
 def _regime_section(run: RunData, family: str) -> Section:

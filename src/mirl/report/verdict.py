@@ -143,12 +143,20 @@ def dependence(metrics: Metrics, scope: str) -> Fact | None:
 
 
 def criteria(run: RunData) -> Criteria:
-    c = run.config_value
+    """The run's ``diagnostics.regime_*`` settings; a missing or unusable value (a hand-edited config) falls back
+    to the default, so a report is never lost to its config."""
+    defaults = Criteria()
+
+    def setting(name: str, default, kind):
+        value = run.config_value(f"diagnostics.regime_{name}", default)
+        usable = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        return kind(value) if usable and value >= 0 else default
+
     return Criteria(
-        entropy=float(c("diagnostics.regime_entropy_threshold", 0.5)),
-        mi_fraction=float(c("diagnostics.regime_mi_fraction", 0.1)),
-        min_columns=int(c("diagnostics.regime_min_columns", 4)),
-        min_iterations=int(c("diagnostics.regime_min_iterations", 3)),
+        entropy=setting("entropy_threshold", defaults.entropy, float),
+        mi_fraction=setting("mi_fraction", defaults.mi_fraction, float),
+        min_columns=setting("min_columns", defaults.min_columns, int),
+        min_iterations=max(1, setting("min_iterations", defaults.min_iterations, int)),
     )
 
 
