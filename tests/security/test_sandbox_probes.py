@@ -15,10 +15,12 @@ import json
 import os
 import pwd
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -136,6 +138,21 @@ def _env(**extra: str) -> dict:
 def _run_trainer(mode: str, prepare, user_id: int | None) -> dict:
     """Run the attacks, resuming the trainer whenever a program managed to SIGSTOP it; the report plus host checks."""
     server = _SocketServer()
+    try:
+        stopped, out, err, returncode = _attack(server, prepare)
+    finally:
+        server.close()
+        ipc_left, files_left = _host_ipc_leftovers(), [path for path in LEFT_FILES if os.path.exists(path)]
+        for path in files_left:
+            os.unlink(path)
+    assert returncode == 0, f"{mode} trainer failed: {err[-3000:]}"
+    report = json.loads(out.strip().splitlines()[-1])
+    report["trainer_stopped"], report["socket_connections"] = stopped, server.connections
+    return report | {"host_ipc_left": ipc_left, "host_files_left": files_left}
+
+
+def _attack(server: _SocketServer, prepare) -> tuple[bool, str, str, int]:
+    """The attacks trainer's run: (stopped by a program at some point, stdout, stderr, exit status)."""
     env = _env(MIRL_PROBE_SECRET="MIRLENV-" + secrets.token_hex(16))
     process = subprocess.Popen(
         [sys.executable, str(TRAINER), "attacks"],
@@ -161,15 +178,7 @@ def _run_trainer(mode: str, prepare, user_id: int | None) -> dict:
         process.kill()
     reader.join()
     out, err = streams["out_err"]
-    server.close()
-    assert process.returncode == 0, f"{mode} trainer failed: {err[-3000:]}"
-    report = json.loads(out.strip().splitlines()[-1])
-    report["trainer_stopped"], report["socket_connections"] = stopped, server.connections
-    report["host_ipc_left"] = _host_ipc_leftovers()
-    report["host_files_left"] = [path for path in LEFT_FILES if os.path.exists(path)]
-    for path in report["host_files_left"]:
-        os.unlink(path)
-    return report
+    return stopped, out, err, process.returncode
 
 
 def _state(pid: int) -> str:
@@ -332,16 +341,20 @@ def test_without_namespaces_the_missing_guarantees_are_named(probe_user):
 def test_without_namespaces_training_with_code_rewards_refuses_before_the_model_loads(probe_user, tmp_path):
     prepare = _without_namespaces(*probe_user)
     cli = [sys.executable, "-m", "mirl.cli"]
-    os.chmod(tmp_path, 0o777)
-    train = subprocess.run(
-        [*cli, "train", "envs=[{name: deepcoder}]", f"trainer.output_dir={tmp_path}/runs"],
-        capture_output=True,
-        text=True,
-        env=_env(),
-        preexec_fn=prepare,
-        cwd=tmp_path,
-        timeout=600,
-    )
+    scratch = tempfile.mkdtemp(prefix="mirl-probe-")  # the probe user's TMPDIR (torch writes caches there)
+    os.chmod(scratch, 0o777)
+    try:
+        train = subprocess.run(
+            [*cli, "train", "envs=[{name: deepcoder}]", f"trainer.output_dir={tmp_path}/runs"],
+            capture_output=True,
+            text=True,
+            env=_env(TMPDIR=scratch),
+            preexec_fn=prepare,
+            cwd=tmp_path,
+            timeout=600,
+        )
+    finally:
+        shutil.rmtree(scratch)
     assert train.returncode == 2 and train.stderr.count("\n") == 1, train.stderr[-2000:]
     assert train.stderr.startswith("mirl train: deepcoder: the code sandbox lacks 4 isolation guarantee(s)")
     assert "require_isolation: false" in train.stderr and not (tmp_path / "runs").exists()
