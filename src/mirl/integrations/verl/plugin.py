@@ -1,8 +1,8 @@
 """The ``verl.plugins`` entry point: ``import verl`` imports this module in the driver and in every Ray worker.
 
 It registers mirl's names in veRL's registries *when veRL loads those registries*, not at ``import verl``: a
-process that never touches an agent loop or a v1 trainer (a vLLM server, a training worker) pays only for this
-module (``benchmarks/verl_import.py`` measures ``import verl`` with and without it).
+process that never imports veRL's agent loops or v1 trainers pays only for this module
+(``benchmarks/verl_import.py`` measures ``import verl`` with and without it).
 
 - agent loop ``mirl`` (:class:`~mirl.integrations.verl.agent_loop.MirlAgentLoop`,
   ``actor_rollout_ref.rollout.agent.default_agent_loop=mirl``): registered right after
