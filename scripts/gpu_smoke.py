@@ -213,8 +213,10 @@ def run_trl_step(model_dir: Path, out: Path, device: str, dtype: str) -> str:
     if trainer.state.global_step != 1 or not logged:
         fail(f"TRL ran {trainer.state.global_step} steps and logged {len(logged)}, expected 1 and 1")
     entry = logged[-1]
-    picked = {k: v for k, v in entry.items() if k in ("loss", "reward", "filter/kept_ratio") or k.startswith("diag/")}
-    shown = ", ".join(f"{k}={v:.4g}" for k, v in sorted(picked.items()) if isinstance(v, int | float))
+    keys = ("loss", "reward", "filter/kept_ratio", "diag/first_turn/pairs", "diag/first_turn/est/mi_estimate")
+    if "diag/first_turn/pairs" not in entry:
+        fail(f"TRL's step logged no diagnostics: {sorted(entry)}")
+    shown = ", ".join(f"{k}={entry[k]:.4g}" for k in keys if isinstance(entry.get(k), int | float))
     param_device = next(trainer.model.parameters()).device
     return f"TRL {trl.__version__}: SNRFilterGRPOTrainer 1 step on {param_device} ({seconds:.1f} s): {shown}"
 
