@@ -175,7 +175,9 @@ def run_diagnostics(
         )
         scores = _Scores(*matrices, pair_set.true_col, pair_set.col_group)
         est = _family(out, scope, "", scores, config, state)
-        measured = {"cond_entropy": est["conditional_entropy"], "mi": est["mi_estimate"]}
+        # the null-corrected MI-Est when the permutation null ran (raw MI-Est is biased below 0 without information)
+        mi = out.get(f"diag/{scope}/est/mi_estimate_corrected", est["mi_estimate"])
+        measured = {"cond_entropy": est["conditional_entropy"], "mi": mi}
         evidence = dataclasses.replace(evidence, **measured, sample_temperature=sample_temperature)
         out[f"diag/{scope}/regime"] = call_iteration(evidence, criteria).label
         if config.action_dependence:
