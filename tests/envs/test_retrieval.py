@@ -82,9 +82,9 @@ def test_a_planted_symlink_is_neither_read_nor_written_through(tmp_path):
     assert list(elsewhere.iterdir()) == []
 
 
-def test_missing_bm25s_names_the_extra(monkeypatch):
+def test_missing_bm25s_names_the_package(monkeypatch):
     monkeypatch.setitem(sys.modules, "bm25s", None)
-    with pytest.raises(ImportError, match=r"mirl\[search\]"):
+    with pytest.raises(ImportError, match=r"pip install bm25s"):
         BM25Retriever(["a passage"], cache=False)
 
 
