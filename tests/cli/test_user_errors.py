@@ -45,9 +45,8 @@ def files(tmp_path):
     write_episodes(tmp_path / "good.jsonl", grid_episodes(num_groups=2, samples=2, num_turns=1))
     os.mkfifo(tmp_path / "fifo")
     (tmp_path / "bomb.yaml").write_text(
-        "name: bomb\na: &a [x, x, x, x, x, x, x, x, x, x]\n"
-        + "".join(f"{n}: &{n} [{', '.join([f'*{p}'] * 10)}]\n" for p, n in zip("abcdef", "bcdefg", strict=True))
-        + "grid: {rollout.group_size: *g}\n"
+        "name: bomb\noverrides:\n  a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+        + "".join(f"  {n}: &{n} [{', '.join([f'*{p}'] * 10)}]\n" for p, n in zip("abcdef", "bcdefg", strict=True))
     )
     grid = "".join(f"  rollout.k{k}: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]\n" for k in range(8))
     (tmp_path / "big.yaml").write_text(f"name: big\ngrid:\n{grid}seeds: [1]\n")

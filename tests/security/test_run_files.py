@@ -64,35 +64,32 @@ def test_an_analysis_directory_that_is_a_link_is_refused(tmp_path):
 
 PEAK = """
 import resource, sys
-from mirl.experiments import load_spec
-from mirl.experiments.spec import SpecError
+from mirl.cli import main
+import mirl.config, mirl.experiments  # imported before the baseline, as the command would
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-try:
-    load_spec(sys.argv[1]).runs()
-    print("loaded")
-except SpecError as err:
-    print("refused:", err)
+print("exit", main(["sweep", sys.argv[1], "--dry-run"]))
 print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
 """
 
 
 def _alias_bomb(levels: int) -> str:
-    lines = ["name: bomb", 'l0: &l0 ["x", "x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    """A valid spec whose ``overrides`` mapping nests aliases: level n refers 10 times to level n - 1."""
+    lines = ["name: bomb", "overrides:", '  l0: &l0 ["x", "x", "x", "x", "x", "x", "x", "x", "x", "x"]']
     for level in range(1, levels):
-        lines.append(f"l{level}: &l{level} [" + ", ".join([f"*l{level - 1}"] * 10) + "]")
-    lines.append(f"grid: {{rollout.group_size: *l{levels - 1}}}")
+        lines.append(f"  l{level}: &l{level} [" + ", ".join([f"*l{level - 1}"] * 10) + "]")
     return "\n".join(lines) + "\n"
 
 
 def test_a_sweep_spec_alias_bomb_is_refused_in_little_memory(tmp_path):
-    """789 bytes of nested aliases expand to 10^7 values; the old reader reached 5 GB planning the runs."""
+    """Under 500 bytes of nested aliases expand to 10^7 values once each run's overrides are read as a config
+    (the old reader let them through to ``--dry-run``'s config checks)."""
     spec = tmp_path / "bomb.yaml"
     spec.write_text(_alias_bomb(7))
     assert spec.stat().st_size < 1000
-    done = subprocess.run([sys.executable, "-c", PEAK, str(spec)], capture_output=True, text=True, timeout=60)
-    lines = done.stdout.splitlines()
-    assert lines and "more than 50000 YAML nodes once aliases are expanded" in lines[0], done
-    assert int(lines[-1]) < 50
+    done = subprocess.run([sys.executable, "-c", PEAK, str(spec)], capture_output=True, text=True, timeout=120)
+    assert done.stdout.splitlines()[0] == "exit 2", done
+    assert "more than 50000 YAML nodes once aliases are expanded" in done.stderr
+    assert int(done.stdout.splitlines()[-1]) < 50, "peak RSS grew by more than 50 MB"
 
 
 def test_a_spec_of_a_hundred_million_runs_is_refused_with_its_count(tmp_path, capsys):

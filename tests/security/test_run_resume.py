@@ -35,6 +35,7 @@ def run(model_dir, cli_args, tmp_path):
     return tmp_path / "run"
 
 
+@pytest.mark.slow  # trains a run first
 def test_resume_names_every_dropped_line_and_keeps_them(run, capsys):
     """A metrics.jsonl of random bytes: the old resume dropped all history without a word."""
     noise = bytes(random.Random(0).randrange(256) for _ in range(4000)).replace(b"\n", b"\n\x00")
@@ -52,6 +53,7 @@ def test_resume_names_every_dropped_line_and_keeps_them(run, capsys):
     assert [json.loads(line)["iteration"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2]
 
 
+@pytest.mark.slow  # trains a run first
 def test_resuming_with_a_model_of_another_shape_is_one_line(run, tmp_path, capsys):
     other = tmp_path / "other"
     policy = tiny_policy(hidden_size=32)
