@@ -101,6 +101,20 @@ def test_input_dependence_is_judged_on_its_interval(tmp_path):
     assert at.value.endswith("at chance") and at.tone == "warn"
 
 
+def test_input_dependence_uses_the_permutation_null_interval_when_logged(tmp_path):
+    null = {
+        "diag/trajectory/est/retrieval_above_chance_ci_low": 0.1,
+        "diag/trajectory/est/retrieval_above_chance_ci_high": 0.5,
+    }
+    above = verdict(write(tmp_path, [UPDATED | diag(acc=0.375, **null)], name="a")).fact("input dependence")
+    # chance 0.0625 + [0.1, 0.5] = [0.1625, 0.5625]: above chance
+    assert above.value.endswith("above chance")
+    assert above.detail == "permutation-null 95% interval 0.16-0.56 (16 pairs); trajectory scope, iteration 1"
+    straddle = {**null, "diag/trajectory/est/retrieval_above_chance_ci_low": -0.05}
+    at = verdict(write(tmp_path, [UPDATED | diag(acc=0.375, **straddle)], name="b")).fact("input dependence")
+    assert at.value.endswith("at chance")  # the Wilson interval alone would call 6 of 16 above chance
+
+
 def test_a_scope_without_reasoning_to_judge_is_unhealthy(tmp_path):
     result = verdict(write(tmp_path, [UPDATED | diag(regime="no_reasoning")] * 2))
     assert result.regime == "no_reasoning" and result.health == "unhealthy"

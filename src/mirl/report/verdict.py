@@ -7,8 +7,10 @@ The verdict is a health word and a few facts, each with the evidence behind it (
 - status and iterations (``summary.json``, else the metrics);
 - success: training success from its first to its last logged value (means of the first and last quarter when
   there are 8 or more iterations), and validation success the same way;
-- input dependence: top-1 retrieval accuracy of the latest diagnosed iteration against its chance level, with a
-  95 % Wilson interval over the M scored pairs; "above chance" only when the whole interval is;
+- input dependence: top-1 retrieval accuracy of the latest diagnosed iteration against its chance level; "above
+  chance" only when the whole 95 % interval is: the permutation-null interval of retrieval above chance
+  (``est/retrieval_above_chance_ci_*``, :mod:`mirl.diagnostics.null`) when the run logged it, else a Wilson
+  interval over the M scored pairs;
 - regime: :func:`mirl.diagnostics.regimes.call_run` over the scope's per-iteration labels, with the latest
   H(Z|X) and MI-Est against their thresholds and a plain-language reading;
 - kept share: the filter's mean kept fraction and the iterations that kept nothing.
@@ -131,14 +133,21 @@ def dependence(metrics: Metrics, scope: str) -> Fact | None:
     n = int(value_at(metrics.get(f"diag/{scope}/pairs"), iteration) or 0)
     if chance is None or n == 0:
         return None
-    low, high = wilson(p * n, n)
+    name = scope.replace("_", "-")
+    null_low = value_at(metrics.get(f"diag/{scope}/est/retrieval_above_chance_ci_low"), iteration)
+    null_high = value_at(metrics.get(f"diag/{scope}/est/retrieval_above_chance_ci_high"), iteration)
+    if null_low is not None and null_high is not None:  # the interval of acc - chance from shuffled attributions
+        low, high = chance + null_low, chance + null_high
+        how = f"permutation-null 95% interval {low:.2f}-{high:.2f} ({n} pairs)"
+    else:
+        low, high = wilson(p * n, n)
+        how = f"95% interval {low:.2f}-{high:.2f} over {n} pairs"
     word, tone = "at chance", "warn"
     if low > chance:
         word, tone = "above chance", "ok"
     elif high < chance:
         word, tone = "below chance", "bad"
-    name = scope.replace("_", "-")
-    detail = f"95% interval {low:.2f}-{high:.2f} over {n} pairs; {name} scope, iteration {iteration}"
+    detail = f"{how}; {name} scope, iteration {iteration}"
     return Fact("input dependence", f"retrieval {fmt(p)} vs chance {fmt(chance)}: {word}", detail, tone)
 
 
