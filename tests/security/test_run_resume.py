@@ -3,6 +3,7 @@ model of another shape, a model whose chat template reaches for Python internals
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import random
@@ -73,9 +74,10 @@ HOSTILE_TEMPLATE = "{{ ''.__class__.__mro__[1].__subclasses__() }}{% for m in me
 def test_a_chat_template_reaching_for_python_internals_is_one_line(pick_env, tmp_path, capsys, cli_args):
     hostile = tmp_path / "hostile"
     policy = tiny_policy()
-    policy.tokenizer.chat_template = HOSTILE_TEMPLATE
+    tokenizer = copy.deepcopy(policy.tokenizer)  # tiny_tokenizer() is shared by every test: never change it
+    tokenizer.chat_template = HOSTILE_TEMPLATE
     policy.model.save_pretrained(hostile)
-    policy.tokenizer.save_pretrained(hostile)
+    tokenizer.save_pretrained(hostile)
     assert main(["eval", str(hostile), "envs=[{name: pick_word}]", "validation.num_instances=1"]) == 2
     assert "chat template failed to render (SecurityError" in _one_line_error(capsys, "eval")
     args = cli_args(hostile, tmp_path / "runs", "hostile", "trainer.iterations=1")
