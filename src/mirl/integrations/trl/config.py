@@ -20,6 +20,9 @@ from trl import GRPOConfig
 from mirl.config import FilterConfig
 
 _DEFAULT = FilterConfig()
+# FilterConfig fields with no filter_* field: TRL's batch carries episode returns only, so groups are ranked by
+# their episode spread (signal "episode"), never by turn-level advantages
+NOT_IN_TRL = frozenset({"signal"})
 
 
 def _help(text: str, default=None):
@@ -56,4 +59,5 @@ class SNRFilterGRPOConfig(GRPOConfig):
                 "SNRFilterGRPOConfig.filter_strategy is not set; choose the filter explicitly, e.g. "
                 "filter_strategy='top_p' (with filter_value=0.9), or filter_strategy='none' to train unfiltered"
             )
-        return FilterConfig(**{f.name: getattr(self, f"filter_{f.name}") for f in dataclasses.fields(FilterConfig)})
+        names = [f.name for f in dataclasses.fields(FilterConfig) if f.name not in NOT_IN_TRL]
+        return FilterConfig(**{name: getattr(self, f"filter_{name}") for name in names})
