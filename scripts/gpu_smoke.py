@@ -24,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+LAKE = {"success_rate": 1.0}  # deterministic FrozenLake, as in the quickstart
 # temperature 0.7 as in the quickstart: the tiny model's replies parse more often; TRL's GRPOConfig gets the same
 ROLLOUT = {"max_turns": 1, "max_new_tokens": 16, "max_context_tokens": 512, "temperature": 0.7, "top_p": 1.0}
 PROMPTS, GROUP = 4, 4
@@ -170,6 +171,7 @@ def run_trl_step(model_dir: Path, out: Path, device: str, dtype: str) -> str:
     from mirl.integrations.trl import (
         CollapseDiagnosticsCallback,
         MirlRollout,
+        SNRFilterGRPOConfig,
         SNRFilterGRPOTrainer,
         dataset,
         episode_return,
@@ -177,7 +179,10 @@ def run_trl_step(model_dir: Path, out: Path, device: str, dtype: str) -> str:
     from mirl.policy.sources import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(str(model_dir), dtype=dtype, device=device)
-    config = trl.GRPOConfig(
+    config = SNRFilterGRPOConfig(
+        filter_strategy="top_k",
+        filter_value=0.5,
+        filter_include_zero=True,
         output_dir=str(out),
         per_device_train_batch_size=GROUP,
         gradient_accumulation_steps=PROMPTS,
@@ -201,9 +206,8 @@ def run_trl_step(model_dir: Path, out: Path, device: str, dtype: str) -> str:
         processing_class=tokenizer,
         args=config,
         reward_funcs=episode_return,
-        train_dataset=dataset("frozenlake", 16),
-        rollout_func=MirlRollout(ROLLOUT, env_options={"frozenlake": {"success_rate": 1.0}}),
-        filter_config={"strategy": "top_k", "value": 0.5, "include_zero": True},
+        train_dataset=dataset("frozenlake", 16, env_options=LAKE),
+        rollout_func=MirlRollout(ROLLOUT, env_options={"frozenlake": LAKE}),
     )
     trainer.add_callback(CollapseDiagnosticsCallback(trainer, {"every": 1, "num_pairs": 8}))
     start = time.perf_counter()
