@@ -43,18 +43,23 @@ def test_gguf_without_support_packages_says_how_to_install(tmp_path, monkeypatch
 
 
 def test_unknown_name_is_an_error_listing_the_options():
-    with pytest.raises(ValueError, match="smollm2-135m-instruct"):
+    from mirl.errors import UserError
+
+    with pytest.raises(UserError, match="model path 'not a model name' does not exist"):
         resolve_model("not a model name")
-    with pytest.raises(ValueError, match="hub id"):
+    with pytest.raises(UserError, match="hub id"):
         resolve_model("./no/such/dir")
 
 
 def test_hub_id_is_local_only_when_cached_or_offline(monkeypatch):
     monkeypatch.setattr(sources, "hub_cached", lambda repo, files=("config.json",): False)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr("mirl.run_dirs.hub_reachable", lambda timeout_s=3.0: True)
+    monkeypatch.setattr("huggingface_hub.try_to_load_from_cache", lambda repo, name: None)
     assert resolve_model("org/model-1.5B") == ("org/model-1.5B", {})
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert resolve_model("org/model-1.5B") == ("org/model-1.5B", {"local_files_only": True})
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # offline and not cached: refused before any download
+    with pytest.raises(Exception, match="HF_HUB_OFFLINE is set"):
+        resolve_model("org/model-1.5B")
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.setattr(sources, "hub_cached", lambda repo, files=("config.json",): True)
     assert resolve_model("org/model-1.5B") == ("org/model-1.5B", {"local_files_only": True})
