@@ -44,7 +44,7 @@ def test_train_refuses_a_run_directory_that_is_a_link(tmp_path, capsys):
     victim = _victim(tmp_path)
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "x").symlink_to(victim)
-    argv = ["train", f"trainer.output_dir={tmp_path / 'runs'}", "trainer.name=x", "trainer.iterations=1"]
+    argv = ["train", "--defaults", f"trainer.output_dir={tmp_path / 'runs'}", "trainer.name=x", "trainer.iterations=1"]
     assert main(argv) == 2
     assert "is a symbolic link" in capsys.readouterr().err and _untouched(victim)
     assert main(["train", "--resume", str(tmp_path / "runs" / "x")]) == 2

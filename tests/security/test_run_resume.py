@@ -30,7 +30,7 @@ def run(model_dir, cli_args, tmp_path):
     """A copy of a one-iteration pick_word run (its checkpoint: iteration_000001), trained once per session."""
     if "path" not in _BASE:
         args = cli_args(model_dir, tmp_path / "base", "run", "trainer.iterations=1", "diagnostics.enabled=false")
-        assert main(["train", *args, "logging.tensorboard=false", "--no-report"]) == 0
+        assert main(["train", "--defaults", *args, "logging.tensorboard=false", "--no-report"]) == 0
         _BASE["path"] = tmp_path / "base" / "run"
     shutil.copytree(_BASE["path"], tmp_path / "run")
     return tmp_path / "run"
@@ -81,6 +81,6 @@ def test_a_chat_template_reaching_for_python_internals_is_one_line(pick_env, tmp
     assert main(["eval", str(hostile), "envs=[{name: pick_word}]", "validation.num_instances=1"]) == 2
     assert "chat template failed to render (SecurityError" in _one_line_error(capsys, "eval")
     args = cli_args(hostile, tmp_path / "runs", "hostile", "trainer.iterations=1")
-    assert main(["train", *args, "--no-report"]) == 2
+    assert main(["train", "--defaults", *args, "--no-report"]) == 2
     assert "chat template failed to render (SecurityError" in _one_line_error(capsys, "train")
     assert not os.path.exists(tmp_path / "runs" / "hostile" / "metrics.jsonl")

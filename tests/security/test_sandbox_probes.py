@@ -345,7 +345,7 @@ def test_without_namespaces_training_with_code_rewards_refuses_before_the_model_
     os.chmod(scratch, 0o777)
     try:
         train = subprocess.run(
-            [*cli, "train", "envs=[{name: deepcoder}]", f"trainer.output_dir={tmp_path}/runs"],
+            [*cli, "train", "--defaults", "envs=[{name: deepcoder}]", f"trainer.output_dir={tmp_path}/runs"],
             capture_output=True,
             text=True,
             env=_env(TMPDIR=scratch),

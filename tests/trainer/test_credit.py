@@ -155,7 +155,7 @@ def test_mirl_train_runs_each_credit_mode(tmp_path, model_dir, cli_args, extra):
     out = tmp_path / "runs"
     args = cli_args(model_dir, out, "credit", *SOKOBAN, *extra)
     args += ["trainer.iterations=1", "diagnostics.enabled=false", "--no-report"]
-    assert main(["train", *args]) == 0
+    assert main(["train", "--defaults", *args]) == 0
     [line] = [json.loads(text) for text in (out / "credit" / "metrics.jsonl").read_text().splitlines()]
     assert unknown_keys(set(line)) == []
     for key in ("filter/groups_zero_spread_turn_signal", "filter/turn_spread_mean", "filter/groups_turn_signal"):

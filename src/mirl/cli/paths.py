@@ -37,8 +37,14 @@ def check_output_file(path: str | Path | None, flag: str = "--out") -> None:
 
 
 def check_run_directory(path: str | Path) -> Path:
-    """``path`` as a Path when it is a directory holding at least one of :data:`RUN_FILES`; else UserError."""
+    """``path`` as a Path when it is a directory (not a link) holding at least one of :data:`RUN_FILES`; else
+    UserError."""
     path = Path(path)
+    if path.is_symlink():  # the same rule as every output: a run directory that is a link is refused
+        raise UserError(
+            f"{path} is a symbolic link; mirl never writes through links. Remove it (rm {path}) and run again, "
+            "or name the real directory"
+        )
     if not path.exists():
         raise UserError(f"run directory {str(path)!r} does not exist; pass a run directory such as runs/<name>")
     if not path.is_dir():
