@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from mirl.experiments.stats import spearman
+
 # E1 (PREREGISTRATION.md): mixture draws and the criteria
 E1_COLUMNS = (4, 8, 16)
 E1_FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -44,25 +46,6 @@ ZERO = 1e-8
 
 
 # ---------------------------------------------------------------- statistics
-
-
-def spearman(x, y) -> float:
-    """Spearman's rho (average ranks for ties); NaN when either side is constant."""
-    rx = _ranks(np.asarray(x, dtype=np.float64))
-    ry = _ranks(np.asarray(y, dtype=np.float64))
-    if rx.std() == 0 or ry.std() == 0:
-        return math.nan
-    return float(np.corrcoef(rx, ry)[0, 1])
-
-
-def _ranks(values: np.ndarray) -> np.ndarray:
-    order = np.argsort(values, kind="mergesort")
-    ranks = np.empty(values.size, dtype=np.float64)
-    ranks[order] = np.arange(values.size, dtype=np.float64)
-    for value in np.unique(values):
-        tied = values == value
-        ranks[tied] = ranks[tied].mean()
-    return ranks
 
 
 def slope(xs, ys) -> float:
