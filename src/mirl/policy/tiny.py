@@ -84,6 +84,24 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
     return tokenizer
 
 
+def _shape(hidden_size: int, num_layers: int, num_heads: int, num_kv_heads: int, vocab_size: int | None = None):
+    """The config fields both tiny architectures share: sizes, init range and :func:`tiny_tokenizer`'s ids."""
+    tokenizer = tiny_tokenizer()
+    return {
+        "vocab_size": vocab_size if vocab_size is not None else len(tokenizer),
+        "hidden_size": hidden_size,
+        "intermediate_size": 2 * hidden_size,
+        "num_hidden_layers": num_layers,
+        "num_attention_heads": num_heads,
+        "num_key_value_heads": num_kv_heads,
+        "max_position_embeddings": 4096,
+        "initializer_range": 0.2,
+        "bos_token_id": None,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+
+
 def tiny_model(
     vocab_size: int | None = None,
     hidden_size: int = 64,
@@ -96,21 +114,8 @@ def tiny_model(
 
     Weights are drawn from ``seed`` inside ``torch.random.fork_rng``: the global RNG state is unchanged.
     """
-    tokenizer = tiny_tokenizer()
-    config = LlamaConfig(
-        vocab_size=vocab_size if vocab_size is not None else len(tokenizer),
-        hidden_size=hidden_size,
-        intermediate_size=2 * hidden_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
-        num_key_value_heads=num_heads,
-        max_position_embeddings=4096,
-        initializer_range=0.2,
-        tie_word_embeddings=False,
-        bos_token_id=None,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
+    shape = _shape(hidden_size, num_layers, num_heads, num_heads, vocab_size)
+    config = LlamaConfig(**shape, tie_word_embeddings=False)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)
@@ -140,22 +145,8 @@ def tiny_qwen2_model(
     """
     if num_heads % num_kv_heads:
         raise ValueError(f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})")
-    tokenizer = tiny_tokenizer()
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden_size,
-        intermediate_size=2 * hidden_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
-        num_key_value_heads=num_kv_heads,
-        max_position_embeddings=4096,
-        initializer_range=0.2,
-        tie_word_embeddings=True,
-        use_sliding_window=False,
-        bos_token_id=None,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
+    shape = _shape(hidden_size, num_layers, num_heads, num_kv_heads)
+    config = Qwen2Config(**shape, tie_word_embeddings=True, use_sliding_window=False)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = Qwen2ForCausalLM(config)
