@@ -1,0 +1,86 @@
+"""Images in observations: the one contract between rendering envs, the rollout engine, rollout files and servers.
+
+An env's observation stays a string (the Gymnasium contract of :mod:`mirl.envs.base`). An env that renders images
+puts the literal :data:`IMAGE_PLACEHOLDER` in the observation text once per image, where the image belongs, and the
+images themselves, in the same order, as RGB ``PIL.Image.Image`` objects in ``info["images"]`` (of ``reset`` and of
+every ``step``). A text-only env puts no placeholder and no ``images`` key. The rollout engine turns each placeholder
+into an image part of the chat message; rollout files store each image once as a PNG named by :func:`image_id`.
+
+Images are data from an env (possibly a remote one), so everything here checks sizes before decoding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from typing import Any
+
+IMAGE_PLACEHOLDER = "<image>"
+MAX_IMAGE_SIDE = 2048  # pixels; larger images from an env are refused
+MAX_PNG_BYTES = 8 << 20  # bytes of one encoded image read back from a file or a server
+
+
+def observation_images(observation: str, info: dict[str, Any]) -> list:
+    """The images of one observation, checked against its placeholders.
+
+    Raises ``ValueError`` when the number of placeholders and of images differ, or an image is not an RGB
+    ``PIL.Image.Image`` within :data:`MAX_IMAGE_SIDE`.
+
+    >>> observation_images("a board", {})
+    []
+    """
+    images = list(info.get("images") or [])
+    expected = observation.count(IMAGE_PLACEHOLDER)
+    if expected != len(images):
+        raise ValueError(
+            f"observation has {expected} {IMAGE_PLACEHOLDER} placeholder(s) but info['images'] holds {len(images)}"
+        )
+    for image in images:
+        _check_image(image)
+    return images
+
+
+def _check_image(image: Any) -> None:
+    from PIL import Image
+
+    if not isinstance(image, Image.Image):
+        raise ValueError(f"an observation image must be a PIL.Image.Image, got {type(image).__name__}")
+    if image.mode != "RGB":
+        raise ValueError(f"an observation image must be RGB, got mode {image.mode}; convert it with .convert('RGB')")
+    if max(image.size) > MAX_IMAGE_SIDE:
+        width, height = image.size
+        raise ValueError(f"an observation image is {width}x{height}, above {MAX_IMAGE_SIDE} pixels a side")
+
+
+def png_bytes(image) -> bytes:
+    """The image as PNG bytes, deterministic for equal pixels (no metadata, fixed compression)."""
+    _check_image(image)
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", optimize=False, compress_level=6)
+    return buffer.getvalue()
+
+
+def image_id(image) -> str:
+    """A content name for an image: sha256 of its mode, size and raw pixels (first 16 hex digits).
+
+    Equal pixels give equal ids whatever the encoder; this names the PNG in a rollout directory.
+    """
+    _check_image(image)
+    digest = hashlib.sha256(f"{image.mode}:{image.size[0]}x{image.size[1]}:".encode())
+    digest.update(image.tobytes())
+    return digest.hexdigest()[:16]
+
+
+def image_from_png(data: bytes):
+    """Decode PNG bytes read from a file or a server, refusing oversized input before and after decoding."""
+    from PIL import Image
+
+    if len(data) > MAX_PNG_BYTES:
+        raise ValueError(f"image of {len(data)} bytes is above the {MAX_PNG_BYTES}-byte limit")
+    with Image.open(io.BytesIO(data)) as probe:
+        if probe.format != "PNG":
+            raise ValueError(f"expected a PNG image, got {probe.format}")
+        if max(probe.size) > MAX_IMAGE_SIDE:
+            raise ValueError(f"image is {probe.size[0]}x{probe.size[1]}, above {MAX_IMAGE_SIDE} pixels a side")
+        image = probe.convert("RGB")
+    return image
