@@ -148,3 +148,17 @@ def test_replies_never_pass_the_model_positions_or_the_total_budget():
     assert [len(g.token_ids) for g in gens if g.finish_reason == "length"] == [2, 10]
     with pytest.raises(ValueError, match="prompts\\[0\\] has 20 tokens, leaving no room"):
         policy.generate([list(range(3, 23))], SamplingParams(max_new_tokens=4, seed=0))
+
+
+def test_generate_reports_each_reply_as_it_ends():
+    """Rows with less room end sooner: the listener hears each reply at its own step, and all of them in all."""
+    from mirl.policy.base import replies_listened
+
+    policy = tiny_policy()
+    prompts = [[5] * 3, [6] * 5, [7] * 7]  # room 7, 5, 3 tokens under max_total_tokens=10
+    heard = []
+    sampling = SamplingParams(max_new_tokens=10, temperature=1.0, seed=3, max_total_tokens=10)
+    with replies_listened(heard.append):
+        generations = policy.generate(prompts, sampling)
+    assert sum(heard) == 3 and len(heard) == len({len(g.token_ids) for g in generations}), (heard, generations)
+    assert policy.generate(prompts, sampling) == generations  # nobody listening: same samples, no call

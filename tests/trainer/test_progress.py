@@ -23,12 +23,13 @@ def _assert_bar(calls):
     assert done == sorted(done) and done[-1] == total, calls
 
 
-def test_validation_counts_turns_up_front(formatted_policy, run_config):
+def test_validation_counts_episode_turns_up_front(formatted_policy, run_config):
     config = run_config("val", "validation.num_instances=2", "rollout.max_turns=3")
+    episodes = 2 * config.validation.group_size
     calls = []
     metrics = validate(formatted_policy, config, progress=lambda done, total: calls.append((done, total)))
     _assert_bar(calls)
-    assert calls[0] == (0, 3) and 0.0 <= metrics["val/success"] <= 1.0
+    assert calls[0] == (0, episodes * 3) and 0.0 <= metrics["val/success"] <= 1.0
     assert validate(formatted_policy, config) == metrics  # the callback changes no number
 
 
@@ -69,7 +70,7 @@ def test_training_draws_rollout_scoring_and_validation_bars(formatted_policy, ru
     )
     console = Console(file=io.StringIO(), width=100)
     train(config, policy=formatted_policy, console=console)
-    expected = [("rollout", "turns"), ("scoring", "tokens"), ("validation", "turns")]
+    expected = [("rollout", "turns"), ("scoring", "tokens"), ("validation", "episode turns")]
     assert [(label, unit) for label, unit, _ in bars] == expected
     for _, _, calls in bars:
         _assert_bar(calls)

@@ -138,8 +138,9 @@ def run_eval(args: argparse.Namespace) -> int:
     torch.manual_seed(config.trainer.seed)
     policy = load_run_policy(found.run_dir, found.checkpoint, config) if found else load_policy(config)
     episodes = len(config.envs) * config.validation.num_instances * config.validation.group_size
-    plan = f"validating {episodes} episodes (group size {config.validation.group_size}, max_turns {{total}})"
-    with work_bar("validation", "turns", plan) as progress:
+    turns = config.rollout.max_turns
+    plan = f"validating {episodes} episodes (group size {config.validation.group_size}, up to {turns} turns each)"
+    with work_bar("validation", "episode turns", plan) as progress:
         metrics = validate(policy, config, progress=progress)
     table = Table(title=f"validation of {args.target}")
     table.add_column("metric")

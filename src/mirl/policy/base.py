@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -26,3 +28,26 @@ class Policy(Protocol):
     def score(self, prefixes: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]) -> list[torch.Tensor]:
         """Per-token log-probs: element i is a float tensor of shape (len(continuations[i]),)."""
         ...
+
+
+_reply_listener: ContextVar[Callable[[int], None] | None] = ContextVar("mirl_reply_listener", default=None)
+
+
+@contextmanager
+def replies_listened(listener: Callable[[int], None]) -> Iterator[None]:
+    """Within the block, ``listener(count)`` hears of replies as a backend finishes them inside ``generate``.
+
+    Optional for a backend (progress only): one that never calls :func:`replies_finished` is heard per call.
+    """
+    token = _reply_listener.set(listener)
+    try:
+        yield
+    finally:
+        _reply_listener.reset(token)
+
+
+def replies_finished(count: int) -> None:
+    """Called by a backend when ``count`` replies of the current ``generate`` call have ended."""
+    listener = _reply_listener.get()
+    if listener is not None and count > 0:
+        listener(count)

@@ -39,6 +39,7 @@ from collections.abc import Iterable, Sequence
 import torch
 from transformers import DynamicCache
 
+from mirl.policy.base import replies_finished
 from mirl.policy.hf_logprobs import token_logprobs
 from mirl.policy.hf_scoring import score_cells
 from mirl.policy.kv import PrefixStore, appendable, assemble, length_buckets, reusable, rows_kv
@@ -242,6 +243,7 @@ class HFPolicy:
             tokens, logp = sample_tokens(self._head(hidden), uniform[active], sampling.temperature, sampling.top_p)
             out = (out_ids, out_logp, reasons, limits)
             keep = self._record(active.tolist(), tokens.tolist(), logp.tolist(), out, sampling)
+            replies_finished(keep.count(False))
             if store is not None and not all(keep):
                 finished = [a for a, kept in enumerate(keep) if not kept]
                 for a, kv in zip(finished, rows_kv(cache, finished, mask), strict=True):

@@ -166,7 +166,7 @@ def run_iteration(
     save_rollouts(run_dir, config, iteration, episodes)
     log_groups(run_dir, iteration, episodes, returns, selection, labels)
     if is_due(iteration, config.validation.every, config):
-        with timer("validation"), _work(sinks, "validation", "turns") as progress:
+        with timer("validation"), _work(sinks, "validation", "episode turns") as progress:
             val = validate(policy, config, progress=progress)
         metrics |= val
         stop = stop or after_validation(state.early_stop, config.trainer.early_stop, success=val["val/success"])
