@@ -70,7 +70,7 @@ def test_training_draws_rollout_scoring_and_validation_bars(formatted_policy, ru
     )
     console = Console(file=io.StringIO(), width=100)
     train(config, policy=formatted_policy, console=console)
-    expected = [("rollout", "turns"), ("scoring", "tokens"), ("validation", "episode turns")]
+    expected = [("rollout", "episode turns"), ("scoring", "tokens"), ("validation", "episode turns")]
     assert [(label, unit) for label, unit, _ in bars] == expected
     for _, _, calls in bars:
         _assert_bar(calls)
@@ -98,8 +98,8 @@ def test_work_bar_is_removed_and_off_without_progress(tmp_path, run_config):
     quiet.close()
 
 
-def test_rollout_counts_turns_across_refill_rounds(formatted_policy, run_config):
-    """With dynamic sampling every refill round adds ``max_turns`` to the total; done never falls."""
+def test_rollout_counts_episode_turns_across_refill_rounds(formatted_policy, run_config):
+    """With dynamic sampling every refill round adds P x K x ``max_turns`` to the total; done never falls."""
     from mirl.trainer.stages import collect
 
     config = run_config(
@@ -111,7 +111,8 @@ def test_rollout_counts_turns_across_refill_rounds(formatted_policy, run_config)
     calls = []
     episodes, rounds = collect(formatted_policy, config, 1, 11, progress=lambda d, t: calls.append((d, t)))
     assert rounds >= 1, "the tiny policy leaves a zero-spread group, so at least one refill round runs"
-    assert calls[0] == (0, 2) and calls[-1] == (2 * (rounds + 1), 2 * (rounds + 1))
+    per_round = config.rollout.prompts_per_iteration * config.rollout.group_size * 2
+    assert calls[0] == (0, per_round) and calls[-1] == (per_round * (rounds + 1), per_round * (rounds + 1))
     done = [d for d, _ in calls]
     assert done == sorted(done) and all(d <= t for d, t in calls)
     assert collect(formatted_policy, config, 1, 11) == (episodes, rounds)  # the callback changes no episode

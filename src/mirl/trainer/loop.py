@@ -129,7 +129,7 @@ def run_iteration(
     without it)."""
     iteration, seed, timer = state.iteration, iteration_seed(config, state.iteration), Timer()
     P, K = config.rollout.prompts_per_iteration, config.rollout.group_size
-    with timer("rollout"), _work(sinks, "rollout", "turns") as progress:
+    with timer("rollout"), _work(sinks, "rollout", "episode turns") as progress:
         episodes, refills = stages.collect(policy, config, iteration, sampling_seed=seed, progress=progress)
     returns = stages.group_returns(episodes, P, K)  # (P, K)
     turns = credit.turn_table(episodes, P, K)  # per-turn rewards and state keys, (P, K, U)
@@ -188,10 +188,14 @@ def train_on(batch, kept, outcomes, learner, preset, config: Config, state, seed
         stages.reference_logprobs(learner, batch),
         loss_scale=scale,
     )
-    metrics = stages.advantage_metrics(advantages, batch) | credit.credit_metrics(advantages, batch) | {
-        "train/loss_scale": scale,
-        "train/lr": config.algorithm.actor_lr,
-    }
+    metrics = (
+        stages.advantage_metrics(advantages, batch)
+        | credit.credit_metrics(advantages, batch)
+        | {
+            "train/loss_scale": scale,
+            "train/lr": config.algorithm.actor_lr,
+        }
+    )
     every = config.diagnostics.gradient_every
     if every > 0 and (state.iteration == 1 or state.iteration % every == 0):
         from mirl.diagnostics.gradients import gradient_decomposition

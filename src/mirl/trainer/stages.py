@@ -13,7 +13,8 @@ from mirl.algorithms import AlgorithmPreset, gae_advantages, grpo_advantages, ma
 from mirl.config import Config, FilterConfig
 from mirl.filtering import Selection, select_groups, select_trajectories
 from mirl.filtering.metrics import selection_metrics
-from mirl.rollout import collate, run_episodes
+from mirl.rollout import collate
+from mirl.trainer.episode_progress import EpisodeTurns, play_counted
 from mirl.trainer.specs import train_specs
 from mirl.types import Episode, RolloutBatch
 
@@ -32,33 +33,18 @@ def _regroup(episodes: list[Episode], group: int) -> list[Episode]:
     return [dataclasses.replace(e, group=group) for e in episodes]
 
 
-def turn_progress(progress: Callable[[int, int], None] | None, before: int, total: int):
-    """A ``run_episodes`` progress callback that reports ``progress(before + turns played, total)``; None passes.
-
-    >>> calls = []
-    >>> turn_progress(lambda done, total: calls.append((done, total)), 3, 6)(1, 8, 8); calls
-    [(5, 6)]
-    """
-    if progress is None:
-        return None
-    return lambda turn, active, episodes: progress(before + turn + 1, total)
-
-
 def collect(
     policy, config: Config, iteration: int, sampling_seed: int, progress: Callable[[int, int], None] | None = None
 ) -> tuple[list[Episode], int]:
     """P groups of K episodes. With dynamic sampling, zero-spread groups are dropped and refilled with fresh
     prompts for up to ``dynamic_sampling_max_rounds`` extra rounds; returns the episodes and rounds used.
 
-    ``progress(done, total)``, if given, counts turns played out of ``rollout.max_turns`` per round: ``(0, T)``
-    first, ``(T, T)`` when the round ends; each refill round adds T to the total.
+    ``progress(done, total)``, if given, counts episode turns (:mod:`mirl.trainer.episode_progress`): the first
+    round's P x K x T from ``(0, P K T)``; each refill round adds P K T to the total.
     """
     P, K, T = config.rollout.prompts_per_iteration, config.rollout.group_size, config.rollout.max_turns
-    _report(progress, 0, T)
     specs = train_specs(config, iteration)
-    played = turn_progress(progress, 0, T)
-    episodes = run_episodes(policy, specs, K, config.rollout, sampling_seed=sampling_seed, progress=played)
-    _report(progress, T, T)
+    episodes = play_counted(policy, specs, K, config.rollout, sampling_seed, EpisodeTurns(progress, P * K, T))
     if not config.algorithm.dynamic_sampling:
         return episodes, 0
     groups = [[e for e in episodes if e.group == p] for p in range(P)]
@@ -67,17 +53,11 @@ def collect(
     while len(kept) < P and rounds < config.algorithm.dynamic_sampling_max_rounds:
         rounds += 1
         specs = train_specs(config, iteration, first_index=P * rounds)
-        seed, played = sampling_seed + 7919 * rounds, turn_progress(progress, T * rounds, T * (rounds + 1))
-        fresh = run_episodes(policy, specs, K, config.rollout, sampling_seed=seed, progress=played)
-        _report(progress, T * (rounds + 1), T * (rounds + 1))
+        counter = EpisodeTurns(progress, P * K, T, before=P * K * T * rounds)
+        fresh = play_counted(policy, specs, K, config.rollout, sampling_seed + 7919 * rounds, counter)
         kept += [g for g in ([e for e in fresh if e.group == p] for p in range(P)) if _spread(g) > SPREAD_EPS]
     chosen = (kept + [g for g in groups if _spread(g) <= SPREAD_EPS])[:P]
     return [e for p, group in enumerate(chosen) for e in _regroup(group, p)], rounds
-
-
-def _report(progress: Callable[[int, int], None] | None, done: int, total: int) -> None:
-    if progress is not None:
-        progress(done, total)
 
 
 def _spread(group: list[Episode]) -> float:
