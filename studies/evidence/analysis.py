@@ -179,7 +179,20 @@ def e1_verdict(cells, entropy_gap: float, batches_per_draw: float) -> dict[str, 
         "MI-Est means rise with the fraction": all(a < b for a, b in itertools.pairwise(means)),
         "generator entropy of grounded and template rows within 5 %": entropy_gap <= E1_MAX_ENTROPY_GAP,
     }
-    return {"checks": checks, "holds": all(checks.values()), "smallest_n": smallest_separating_n(cells)}
+    values = {
+        "zero: retrieval mean, 2.5 %, 97.5 %": [ret0["mean"], ret0["low"], ret0["high"]],
+        "zero: corrected MI-Est mean, SE": [mi0["mean"], se_mi0],
+        "full: retrieval mean, 2.5 %": [ret1["mean"], ret1["low"]],
+        "Spearman(fraction, MI-Est)": spearman(xs, ys),
+        "MI-Est means by fraction": means,
+        "generator entropy gap": entropy_gap,
+    }
+    return {
+        "checks": checks,
+        "values": values,
+        "holds": all(checks.values()),
+        "smallest_n": smallest_separating_n(cells),
+    }
 
 
 def smallest_separating_n(cells) -> dict[str, int | None]:
