@@ -164,3 +164,18 @@ def test_docs_list_every_tile():
     for name in GRID_ENVS:
         for symbol, tile in _tiles(name).items():
             assert f"| `{symbol}` | {tile.name} | {tile.look} |" in text
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ("{render: pixels}", r"envs\[0\] \('sokoban'\): render must be one of text, image, both"),
+        ("{cell_size: 100}", r"envs\[0\] \('sokoban'\): option cell_size .* must be at most 64"),
+    ],
+)
+def test_a_training_config_refuses_bad_render_options_before_any_model_loads(options, message):
+    from mirl.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, [f"envs=[{{name: sokoban, options: {options}}}]"])
+    assert load_config(None, ["envs=[{name: sokoban, options: {render: image, cell_size: 14}}]"])
