@@ -57,12 +57,8 @@ from mirl.envs.registry import register
 
 PERPENDICULAR = {"Left": ("Down", "Up"), "Right": ("Down", "Up"), "Up": ("Left", "Right"), "Down": ("Left", "Right")}
 _MAX_TRIES = 10_000
-_ICE, _HOLE, _GOAL, _PLAYER = (
-    (205, 232, 250),
-    ("hole", (20, 30, 60)),
-    ("diamond", (235, 185, 30)),
-    ("disc", (200, 40, 40)),
-)
+_ICE = (205, 232, 250)  # ground of every tile; the marks below are (shape, colour)
+_HOLE, _GOAL, _PLAYER = ("hole", (20, 30, 60)), ("diamond", (235, 185, 30)), ("disc", (200, 40, 40))
 TILES = {  # the image of each text symbol (mirl.envs.grid.render)
     "_": Tile("frozen", _ICE, (), "plain pale blue square"),
     "O": Tile("hole", _ICE, (_HOLE,), "large dark navy circle"),
@@ -101,11 +97,8 @@ class FrozenLakeEnv(TextEnv):
     description = "Walk to the goal (G) without falling into a hole (O); the ice may slip; binary reward."
     action_words = ("Left", "Down", "Right", "Up")
     symbol_legend = "P player, _ frozen, O hole, G goal, X player in a hole, √ player on the goal"
-    option_limits = {
-        "size": 32,
-        "max_steps": 1000,
-        "cell_size": MAX_CELL_SIZE,
-    }  # checked by make(); a larger map outgrows the context
+    # checked by make(); a larger map outgrows the context
+    option_limits = {"size": 32, "max_steps": 1000, "cell_size": MAX_CELL_SIZE}
     default_action_budget = 10
     multi_turn = True
     max_actions_per_turn = 10
