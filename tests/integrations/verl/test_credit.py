@@ -61,20 +61,21 @@ def episode(group, sample, rewards, keys=None):
 EPISODES = [episode(p, k, rewards, KEYS.get((p, k))) for (p, k), rewards in REWARDS.items()]
 
 
-def verl_batch(episodes, per_turn_rewards: bool) -> tuple[DataProto, list[dict]]:
+def verl_batch(episodes, per_turn_rewards: bool, padding: int = 0) -> tuple[DataProto, list[dict]]:
     """The agent loop's rows as veRL batches them: right-padded responses, the reward on the last response token
-    (what veRL does with ``reward_score``) or each turn's reward on its last token (:func:`place_turn_rewards`)."""
+    (what veRL does with ``reward_score``) or each turn's reward on its last token (:func:`place_turn_rewards`);
+    then ``padding`` rows like veRL's ``is_padding`` rows (no sampled token, reward 0, a uid of their own)."""
     fields = [output_fields(e) for e in episodes]
     length = max(len(f["response_ids"]) for f in fields)
-    mask = torch.zeros(len(fields), length, dtype=torch.long)
-    rewards = torch.zeros(len(fields), length)
+    mask = torch.zeros(len(fields) + padding, length, dtype=torch.long)
+    rewards = torch.zeros(len(fields) + padding, length)
     for b, f in enumerate(fields):
         mask[b, : len(f["response_mask"])] = torch.tensor(f["response_mask"])
         rewards[b, len(f["response_ids"]) - 1] = f["reward_score"]
     records = [f["extra_fields"]["mirl"] for f in fields]
     if per_turn_rewards:
-        rewards = credit.place_turn_rewards(records, length)
-    uids = np.array([f"uid{e.group}" for e in episodes], dtype=object)
+        rewards[: len(fields)] = credit.place_turn_rewards(records, length)
+    uids = np.array([f"uid{e.group}" for e in episodes] + ["pad"] * padding, dtype=object)
     batch = DataProto.from_single_dict(
         {"response_mask": mask, "token_level_rewards": rewards, "responses": mask.clone(), "uid": uids}
     )
@@ -121,9 +122,7 @@ def test_mirl_turn_on_per_turn_rewards_equals_the_native_turn_credit(gamma):
 
 def test_mirl_step_groups_with_state_keys_equals_the_native_step_groups():
     data, records = verl_batch(EPISODES, per_turn_rewards=True)
-    for record, e in zip(records, EPISODES, strict=True):  # the layout with each turn's state key
-        for layout, turn in zip(record["turns"], e.turns, strict=True):
-            layout["state_key"] = turn.state_key
+    assert [[t["state_key"] for t in r["turns"]] for r in records] == [[t.state_key for t in e.turns] for e in EPISODES]
     fn = get_adv_estimator_fn("mirl_step_groups")
     advantages, returns = fn(
         token_level_rewards=data.batch["token_level_rewards"],
@@ -138,6 +137,20 @@ def test_mirl_step_groups_with_state_keys_equals_the_native_step_groups():
     assert torch.equal(advantages, returns)
     # group 1 ties (0.75 each): its advantages come from the step group of state "s" and of state "a" only
     assert any(abs(a) > 1e-3 for row in expected[3:] for a in row)
+
+
+@pytest.mark.parametrize("estimator", ["mirl_turn", "mirl_step_groups"])
+def test_padding_rows_get_nothing_and_change_nothing(estimator):
+    # veRL pads a batch to a multiple of the data-parallel size with rows of no sampled token under a fresh uid
+    # (here 8 of them, more than a group's 3 samples); their layouts are copies of the first row's
+    data, records = verl_batch(EPISODES, per_turn_rewards=True, padding=8)
+    with credit.row_records(records + [records[0]] * 8):
+        out = compute_advantage(data, estimator, config=AlgoConfig(adv_estimator=estimator))
+    got = trained(out.batch["advantages"], data.batch["response_mask"])
+    expected = native_advantages(get_preset("grpo", credit=estimator.removeprefix("mirl_")))
+    for row, want in zip(got[:6], expected, strict=True):
+        assert row == pytest.approx(want, rel=1e-6, abs=1e-7)
+    assert out.batch["advantages"][6:].abs().sum() == 0
 
 
 def test_response_turns_and_placed_rewards_follow_the_layout():
