@@ -133,6 +133,7 @@ def _turn_layout(turn: Turn) -> dict:
         "actions_valid": turn.actions_valid,
         "finish_reason": turn.finish_reason,
         "actions": list(turn.actions),
+        "state_key": turn.state_key,
     }
 
 
@@ -201,10 +202,17 @@ def episode_from_fields(prompt_ids: Sequence[int], response_ids: Sequence[int], 
                 format_valid=bool(layout["format_valid"]),
                 actions_valid=bool(layout["actions_valid"]),
                 finish_reason=str(layout["finish_reason"]),
+                state_key=_state_key(layout),
             )
         )
     spec = EnvSpec(str(record["env"]), int(record["seed"]), json.loads(record["options"]))
     return Episode(spec, group, sample, tuple(turns), bool(record["success"]), str(record["end_reason"]))
+
+
+def _state_key(layout: dict) -> str | None:
+    """A layout's ``state_key`` as a string; None when absent (records written before the key existed)."""
+    key = layout.get("state_key")
+    return None if key is None else str(key)
 
 
 __all__ = [
