@@ -188,10 +188,14 @@ def train_on(batch, kept, outcomes, learner, preset, config: Config, state, seed
         stages.reference_logprobs(learner, batch),
         loss_scale=scale,
     )
-    metrics = stages.advantage_metrics(advantages, batch) | credit.credit_metrics(advantages, batch) | {
-        "train/loss_scale": scale,
-        "train/lr": config.algorithm.actor_lr,
-    }
+    metrics = (
+        stages.advantage_metrics(advantages, batch)
+        | credit.credit_metrics(advantages, batch)
+        | {
+            "train/loss_scale": scale,
+            "train/lr": config.algorithm.actor_lr,
+        }
+    )
     every = config.diagnostics.gradient_every
     if every > 0 and (state.iteration == 1 or state.iteration % every == 0):
         from mirl.diagnostics.gradients import gradient_decomposition
