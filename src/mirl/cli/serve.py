@@ -33,6 +33,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--idle-timeout", type=float, default=defaults.idle_timeout_s, help="close a session silent this long, seconds"
     )
     serve.add_argument(
+        "--header-timeout",
+        type=float,
+        default=defaults.header_timeout_s,
+        help="close a connection that has not sent a request's headers within this, seconds",
+    )
+    serve.add_argument(
         "--max-message-bytes", type=int, default=defaults.max_message_bytes, help="largest request or message"
     )
     serve.add_argument(
@@ -79,6 +85,7 @@ def run_serve(args: argparse.Namespace) -> int:
         max_sessions=args.max_sessions,
         step_timeout_s=args.step_timeout,
         idle_timeout_s=args.idle_timeout,
+        header_timeout_s=args.header_timeout,
         max_message_bytes=args.max_message_bytes,
         token=read_token(args.token_file),
     )

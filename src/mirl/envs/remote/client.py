@@ -108,8 +108,9 @@ class Session:
             await self._open()
         from websockets.exceptions import ConnectionClosed, PayloadTooBig
 
-        try:
+        with contextlib.suppress(ConnectionClosed):  # a server that refuses says why before it closes: read that
             await self._ws.send(json.dumps(message))
+        try:
             raw = await self._ws.recv()
         except PayloadTooBig:
             raise RemoteError("oversized", f"a reply above {self.max_bytes} bytes") from None

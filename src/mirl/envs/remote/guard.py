@@ -7,12 +7,14 @@ connections that never send a request.
   the count passes the limit (WebSocket messages are bounded by the server's ``ws_max_size``);
 - with a token set, every route except ``/health`` needs ``Authorization: Bearer <token>`` (401 over HTTP; a
   WebSocket is closed with code 1008 before it is accepted), compared in constant time;
+- ``/mcp`` is not served (mirl envs are no MCP tool servers, and HTTP MCP opens sessions that no connection
+  holds);
 - a WebSocket that sends nothing for ``idle_s`` seconds is treated as disconnected, so ``openenv-core`` ends its
   session and closes the env (an env busy with a step is not idle: the wait starts when the server waits for the
   next message).
 
 :class:`FirstRequestDeadline` is uvicorn's HTTP protocol with one more timer: a connection that has not finished
-sending its first request's headers within ``HEADER_TIMEOUT_S`` is closed (a half-open or slow client holds a
+sending its first request's headers within ``header_timeout_s`` is closed (a half-open or slow client holds a
 socket for that long at most).
 """
 
@@ -22,8 +24,9 @@ import asyncio
 import hmac
 import json
 
-HEADER_TIMEOUT_S = 10.0
 OPEN_PATHS = ("/health",)
+# MCP routes: mirl envs are not MCP tool servers, and HTTP MCP can open sessions no WebSocket holds
+CLOSED_PATHS = ("/mcp",)
 
 
 class Guard:
@@ -38,6 +41,8 @@ class Guard:
             return await self.app(scope, receive, send)
         if self._expected is not None and scope["path"] not in OPEN_PATHS and not self._authorized(scope):
             return await _refuse(scope, send, 401, "missing or wrong bearer token")
+        if scope["path"].rstrip("/") in CLOSED_PATHS:
+            return await _refuse(scope, send, 404, "not served: mirl envs do not speak MCP")
         if scope["type"] == "websocket":
             return await self.app(scope, self._idle_receive(receive), send)
         declared = dict(scope.get("headers") or []).get(b"content-length")
@@ -91,15 +96,15 @@ async def _refuse(scope, send, status: int, message: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def first_request_deadline_protocol():
-    """uvicorn's h11 protocol class with :data:`HEADER_TIMEOUT_S` on the first request (imported lazily)."""
+def first_request_deadline_protocol(header_timeout_s: float):
+    """uvicorn's h11 protocol class with a deadline on the first request's headers (imported lazily)."""
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class FirstRequestDeadline(H11Protocol):
         def connection_made(self, transport) -> None:
             super().connection_made(transport)
-            self._deadline = self.loop.call_later(HEADER_TIMEOUT_S, self._close_if_no_request)
+            self._deadline = self.loop.call_later(header_timeout_s, self._close_if_no_request)
 
         def connection_lost(self, exc) -> None:
             self._deadline.cancel()

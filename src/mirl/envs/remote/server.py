@@ -39,13 +39,14 @@ class ServeSettings:
     max_sessions: int = 64  # concurrent WebSocket sessions (env instances) at most
     step_timeout_s: float = 60.0  # deadline of one reset or step
     idle_timeout_s: float = 300.0  # a session with no message for this long is closed
+    header_timeout_s: float = 10.0  # a connection must send its first request's headers within this
     max_message_bytes: int = wire.MAX_MESSAGE_BYTES  # one request body or WebSocket message at most
     token: str | None = None  # bearer token every route but /health requires (None: no token)
 
     def __post_init__(self) -> None:
         if isinstance(self.max_sessions, bool) or not isinstance(self.max_sessions, int) or self.max_sessions < 1:
             raise ValueError(f"max_sessions must be an int >= 1, got {self.max_sessions!r}")
-        for name in ("step_timeout_s", "idle_timeout_s"):
+        for name in ("step_timeout_s", "idle_timeout_s", "header_timeout_s"):
             if not 0 < getattr(self, name) < 1e6:
                 raise ValueError(f"{name} must be a positive number of seconds, got {getattr(self, name)!r}")
         if not 1024 <= self.max_message_bytes <= 1 << 30:
@@ -82,6 +83,7 @@ def _served_env_class():
             super().__init__()
             self._name, self._options, self._deadline = name, dict(options), deadline_s
             self._env, self._worker, self._broken, self._steps = None, None, None, 0
+            self._closed = False
 
         async def reset_async(self, seed=None, episode_id=None, options=None, **extra):
             if extra:
@@ -115,8 +117,8 @@ def _served_env_class():
             return EnvironmentMetadata(name=f"mirl/{self._name}", description=description, version=__version__)
 
         async def _call(self, work):
-            if self._broken:
-                raise RuntimeError(self._broken)
+            if self._closed or self._broken:
+                raise RuntimeError(self._broken or "this session was closed (idle too long); reconnect and reset")
             if self._worker is None:
                 self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"mirl-{self._name}")
             future = asyncio.get_running_loop().run_in_executor(self._worker, work)
@@ -141,6 +143,7 @@ def _served_env_class():
             return _observation(observation_cls, self._env.step(action), None)
 
         def close(self) -> None:
+            self._closed = True
             if self._worker is not None:
                 self._worker.submit(self._close_env)  # after any late call still running on it
                 self._worker.shutdown(wait=False)
@@ -186,7 +189,8 @@ def build_app(name: str, options: Mapping[str, Any], settings: ServeSettings):
         raise ImportError(f"{INSTALL_HINT} ({error})") from None
     action_cls, observation_cls = wire.models()
     factory = functools.partial(_served_env_class(), name, dict(options), settings.step_timeout_s)
-    limits = ConcurrencyConfig(max_concurrent_envs=settings.max_sessions)
+    # session_timeout: openenv-core's reaper ends sessions idle that long, whatever holds them
+    limits = ConcurrencyConfig(max_concurrent_envs=settings.max_sessions, session_timeout=settings.idle_timeout_s)
     server = HTTPEnvServer(factory, action_cls, observation_cls, concurrency_config=limits)
     app = FastAPI(title=f"mirl env {name} (OpenEnv)", docs_url=None, redoc_url=None)
     server.register_routes(app)
@@ -211,7 +215,7 @@ def uvicorn_server(app, sock: socket.socket, settings: ServeSettings):
         app,
         host=host,
         port=port,
-        http=first_request_deadline_protocol(),
+        http=first_request_deadline_protocol(settings.header_timeout_s),
         ws_max_size=settings.max_message_bytes,
         h11_max_incomplete_event_size=64 << 10,
         log_level="warning",
