@@ -115,7 +115,7 @@ class Session:
         except PayloadTooBig:
             raise RemoteError("oversized", f"a reply above {self.max_bytes} bytes") from None
         except ConnectionClosed as error:
-            if error.rcvd is not None and error.rcvd.code == 1009:
+            if 1009 in (getattr(error.sent, "code", None), getattr(error.rcvd, "code", None)):  # message too big
                 raise RemoteError("oversized", f"a reply above {self.max_bytes} bytes") from None
             raise RemoteError("closed", f"the server closed the session ({error})") from None
         except OSError as error:
