@@ -52,7 +52,7 @@ def assert_same_episodes(remote, local) -> None:
 
 
 @contextlib.contextmanager
-def served(*args: str, env: dict | None = None, timeout: float = 90.0) -> Iterator[tuple[str, subprocess.Popen]]:
+def served(*args: str, env: dict | None = None, timeout: float = 180.0) -> Iterator[tuple[str, subprocess.Popen]]:
     """``mirl serve-env ARGS --port 0`` as a process; yields (its URL, the process) once it listens."""
     command = [sys.executable, "-m", "mirl.cli", "serve-env", *args, "--port", "0"]
     errors = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115  (closed in the finally below)
