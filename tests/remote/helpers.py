@@ -51,10 +51,29 @@ def assert_same_episodes(remote, local) -> None:
         assert (theirs.group, theirs.sample) == (ours.group, ours.sample)
 
 
+def server_python() -> str:
+    """The Python that runs ``mirl serve-env``: ``$MIRL_SERVE_PYTHON`` (an environment with openenv-core, for the
+    veRL and TRL environments that have only the client's ``websockets``), else this one."""
+    return os.environ.get("MIRL_SERVE_PYTHON", sys.executable)
+
+
+def skip_without_server() -> None:
+    """Skip unless a server can start here and the client's ``websockets`` imports."""
+    import importlib.util
+
+    import pytest
+
+    pytest.importorskip("websockets", reason="the openenv client needs websockets: pip install 'mirl[serve]'")
+    if importlib.util.find_spec("openenv") is None and "MIRL_SERVE_PYTHON" not in os.environ:
+        pytest.skip(
+            "a server needs openenv-core: pip install 'mirl[serve]', or set MIRL_SERVE_PYTHON to a Python with it"
+        )
+
+
 @contextlib.contextmanager
 def served(*args: str, env: dict | None = None, timeout: float = 180.0) -> Iterator[tuple[str, subprocess.Popen]]:
     """``mirl serve-env ARGS --port 0`` as a process; yields (its URL, the process) once it listens."""
-    command = [sys.executable, "-m", "mirl.cli", "serve-env", *args, "--port", "0"]
+    command = [server_python(), "-m", "mirl.cli", "serve-env", *args, "--port", "0"]
     errors = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115  (closed in the finally below)
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=errors, text=True, env={**os.environ, **(env or {})}

@@ -33,6 +33,7 @@ Arguments:
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from typing import Any
 
@@ -64,6 +65,8 @@ class OpenEnvEnv(TextEnv):
         from mirl.envs.remote.wire import MAX_ACTION_CHARS
 
         super().__init__()
+        if importlib.util.find_spec("websockets") is None:
+            raise ImportError("env openenv needs websockets: pip install websockets (or 'mirl[serve]')")
         if not url:
             raise ValueError("env openenv needs the server's url, e.g. options: {url: http://127.0.0.1:8000}")
         websocket_url(url)  # a ValueError names the accepted schemes
