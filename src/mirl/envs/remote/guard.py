@@ -21,6 +21,7 @@ socket for that long at most).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 
@@ -44,7 +45,7 @@ class Guard:
         if scope["path"].rstrip("/") in CLOSED_PATHS:
             return await _refuse(scope, send, 404, "not served: mirl envs do not speak MCP")
         if scope["type"] == "websocket":
-            return await self.app(scope, self._idle_receive(receive), send)
+            return await self._websocket(scope, receive, send)
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
             return await _refuse(scope, send, 413, f"request body above {self.max_bytes} bytes")
@@ -53,6 +54,12 @@ class Guard:
     def _authorized(self, scope) -> bool:
         given = dict(scope.get("headers") or []).get(b"authorization", b"")
         return hmac.compare_digest(given, self._expected)
+
+    async def _websocket(self, scope, receive, send):
+        from starlette.websockets import WebSocketDisconnect
+
+        with contextlib.suppress(WebSocketDisconnect):  # openenv-core closing a socket the client already closed
+            await self.app(scope, self._idle_receive(receive), send)
 
     def _idle_receive(self, receive):
         async def receive_within_idle():
