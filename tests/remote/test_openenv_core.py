@@ -80,6 +80,7 @@ def template_server(tmp_path_factory):
         process.wait(timeout=20)
 
 
+@pytest.mark.slow
 def test_mirl_plays_a_server_from_the_openenv_template(tok, template_server):
     options = {"url": template_server, "action_field": "message", "observation_field": "echoed_message"}
     policy = ScriptedPolicy(tok, lambda context: "echo it</think><answer>hello</answer>")
@@ -90,6 +91,7 @@ def test_mirl_plays_a_server_from_the_openenv_template(tok, template_server):
     assert episode.end_reason == "max_turns"
 
 
+@pytest.mark.slow
 def test_a_second_episode_past_the_template_cap_ends_with_a_reason(tok, template_server):
     # the template allows one session: the second concurrent episode is refused and ends without a turn
     options = {"url": template_server, "action_field": "message", "observation_field": "echoed_message"}
