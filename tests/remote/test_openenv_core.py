@@ -60,7 +60,7 @@ def template_server(tmp_path_factory):
     root = tmp_path_factory.mktemp("template")
     openenv_cli = Path(sys.executable).with_name("openenv")
     subprocess.run(
-        [str(openenv_cli), "init", "echo_env", "--output-dir", str(root)], check=True, timeout=120, capture_output=True
+        [str(openenv_cli), "init", "echo_env", "--output-dir", str(root)], check=True, timeout=600, capture_output=True
     )
     project = root / "echo_env"
     port = _free_port()
