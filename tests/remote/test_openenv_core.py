@@ -109,7 +109,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _wait_healthy(url: str, process, timeout: float = 90.0) -> None:
+def _wait_healthy(url: str, process, timeout: float = 600.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert process.poll() is None, "the template server exited"
