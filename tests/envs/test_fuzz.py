@@ -14,8 +14,11 @@ NEAR_MISSES = ["Up", " left ", "RIGHT", "down\n", "Left || Up", "Tortoise", "har
 actions = st.one_of(st.text(max_size=60), st.sampled_from(NEAR_MISSES))
 
 
+LOCAL_ENVS = sorted(set(registry) - {"openenv"})  # openenv needs a server: tests/remote
+
+
 @settings(max_examples=300, deadline=None)
-@given(name=st.sampled_from(sorted(registry)), seed=st.integers(0, 2**32 - 1), script=st.lists(actions, max_size=15))
+@given(name=st.sampled_from(LOCAL_ENVS), seed=st.integers(0, 2**32 - 1), script=st.lists(actions, max_size=15))
 def test_step_never_raises(name, seed, script):
     env = make(name)
     observation, _ = env.reset(seed=seed)

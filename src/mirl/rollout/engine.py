@@ -20,6 +20,8 @@ Per-turn rules (REFERENCE §7):
   else "terminated" / "truncated"), when the budget is spent ("action_budget"), after ``config.max_turns`` turns
   (1 for single-turn envs; "max_turns"), or when even the current turn alone does not fit in the context budget
   with room for one reply token ("context_length"). ``success`` is ``info["success"]`` of the last executed step.
+  An env that ends an episode for a reason of its own puts it in ``info["end_reason"]`` (the ``openenv`` env's
+  failed calls, e.g. "remote_timeout"); in the info of ``reset`` it ends the episode before its first turn.
 - Each turn records its reward (its actions' env rewards plus the penalty) and the ``info["state_key"]`` of the
   state it started from (from reset or the last executed step; None if the env gives none).
 
@@ -221,6 +223,7 @@ def _start(spec: EnvSpec, group: int, sample: int, fmt: ChatFormat, tokenizer, c
         system_ids=system_ids,
         observation=observation,
         state_key=_state_key(info),
+        end_reason=info.get("end_reason"),  # set when the reset itself failed (a remote env): no turn is played
     )
 
 
@@ -360,8 +363,9 @@ def _step_reply(live: _Live, parsed) -> tuple[str, float, int, bool]:
             live.budget -= 1
         else:
             good = False
-        if terminated or truncated:
-            live.end_reason = "success" if live.success else ("terminated" if terminated else "truncated")
+        if terminated or truncated:  # an env may name its own reason (a remote env's failed call)
+            ended = "success" if live.success else ("terminated" if terminated else "truncated")
+            live.end_reason = info.get("end_reason") or ended
     return shown, env_reward, executed, good
 
 

@@ -172,8 +172,9 @@ def _fields(prompt_ids, response_ids, mask, logprobs, episode: Episode, record: 
     }
 
 
-def episode_from_fields(prompt_ids: Sequence[int], response_ids: Sequence[int], record: dict, *, group: int,
-                        sample: int) -> Episode:
+def episode_from_fields(
+    prompt_ids: Sequence[int], response_ids: Sequence[int], record: dict, *, group: int, sample: int
+) -> Episode:
     """Rebuild the :class:`Episode` behind one veRL row from its ids and ``extra_fields["mirl"]``.
 
     Token ids, spans, rewards, flags and finish reasons are exact; the observation text and the log-probs are

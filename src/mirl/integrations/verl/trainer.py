@@ -76,7 +76,9 @@ def actor_logprob_fn(worker_group, dp_size: int) -> LogprobFn:
         tq.kv_batch_put(keys=keys, fields=list_of_dict_to_tensordict(rows), tags=tags, partition_id=PARTITION)
         try:
             meta = KVBatchMeta(
-                keys=keys, tags=tags, partition_id=PARTITION,
+                keys=keys,
+                tags=tags,
+                partition_id=PARTITION,
                 extra_info={"calculate_entropy": False, "compute_loss": False, "temperature": 1.0},
             )
             worker_group.compute_log_prob(meta)
