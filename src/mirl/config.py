@@ -84,7 +84,8 @@ class RolloutConfig:
     temperature: float = 1.0
     # nucleus sampling mass for training rollouts
     top_p: float = 1.0
-    # "full" (whole history, oldest turns dropped when too long) or "window" (last context_window turns)
+    # "full" (whole history, oldest turns dropped when too long), "window" (last context_window turns) or "memory"
+    # (the current turn only, with the env's recap of the episode; docs/rollouts.md)
     context_mode: str = "full"
     # turns kept in "window" mode
     context_window: int = 2

@@ -27,7 +27,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "filter.strategy": ("top_p", "top_k", "top_k_abs", "min_p", "band", "none"),
     "filter.mode": ("linear", "softmax"),
     "filter.statistic": ("std", "var", "mean", "sum"),
-    "rollout.context_mode": ("full", "window"),
+    "rollout.context_mode": ("full", "window", "memory"),
     "model.backend": ("hf", "vllm"),
     "model.dtype": ("auto", "float32", "bfloat16", "float16"),
     "diagnostics.gradient_buckets": ("quantile", "fixed"),

@@ -17,6 +17,15 @@ ENV_NAMES = sorted(name for name in registry if name != "openenv")  # openenv ne
 
 def test_builtin_envs_are_registered():
     assert {"sokoban", "frozenlake", "bandit", "countdown", "metamath", "deepcoder"} <= set(ENV_NAMES)
+    assert {"sudoku", "game2048", "rubiks2x2"} <= set(ENV_NAMES)
+
+
+@pytest.mark.parametrize("name", ["sokoban", "frozenlake", "sudoku", "game2048", "rubiks2x2"])
+def test_envs_whose_states_repeat_key_them(name):
+    # the base contract: such envs put state_key in reset's info (check_env then checks every step's)
+    env = make(name)
+    key = env.reset(seed=3)[1]["state_key"]
+    assert isinstance(key, str) and key == make(name).reset(seed=3)[1]["state_key"]
 
 
 @pytest.mark.parametrize("name", ENV_NAMES)

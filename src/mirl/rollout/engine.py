@@ -37,8 +37,9 @@ later turn, by the sampled ids and the ids of ``bridge(user message) + "<think>"
 id equals the first bridge id (ChatML's ``<|im_end|>``), that first bridge id is not added again. Context modes:
 ``"full"`` keeps every turn from j on, where j starts at 0 and moves forward (never back) while the context is
 longer than ``config.max_context_tokens``; ``"window"`` starts at the later of that and ``i - context_window + 1``
-for turn i (the window counts the current turn). Without a dropped turn, each full-mode context extends the
-previous context and reply exactly, which is what :func:`~mirl.rollout.collate.collate` relies on.
+for turn i (the window counts the current turn); ``"memory"`` keeps only the current turn, whose user message
+carries the env's recap of the episode (:mod:`mirl.rollout.memory`). Without a dropped turn, each full-mode context
+extends the previous context and reply exactly, which is what :func:`~mirl.rollout.collate.collate` relies on.
 
 In full mode the engine runs the rollout inside ``policy.prefix_cache()`` when the policy has one, so each turn
 extends the previous turn's key/value cache instead of encoding the whole history again.
@@ -59,12 +60,13 @@ import numpy as np
 
 from mirl.config import RolloutConfig
 from mirl.envs import make
+from mirl.envs.base import StepRecord
+from mirl.rollout.memory import CONTEXT_MODES, first_kept_turn, memory_text
 from mirl.rollout.parsing import THINK_OPEN, decode, parse_reply, reasoning_span
 from mirl.rollout.prompts import ChatFormat, encode, format_example, system_prompt, user_message
 from mirl.types import EnvSpec, Episode, Generation, SamplingParams, Turn
 
 STOP_STRINGS = ("</answer>",)
-CONTEXT_MODES = ("full", "window")
 _STEP_THREADS = 64  # threads stepping envs with concurrent_steps (their own pools bound the real work)
 
 ProgressFn = Callable[[int, int, int], None]  # (turn index, episodes active in it, episodes in all)
@@ -128,6 +130,7 @@ class _Live:
     first_ids: dict[int, tuple[int, ...]] = field(default_factory=dict)  # turn j -> first-prompt ids of user j
     bridge_ids: dict[int, tuple[int, ...]] = field(default_factory=dict)  # turn i >= 1 -> bridge ids of user i
     turns: list[Turn] = field(default_factory=list)
+    steps: list[StepRecord] = field(default_factory=list)  # every env step so far (the memory mode's recap)
     start: int = 0  # first kept turn in full mode
     unchanged: bool = False
     state_key: str | None = None  # the env's info["state_key"] now (reset or last step), None if it gives none
@@ -247,6 +250,7 @@ def _next_context(live: _Live, turn: int, fmt: ChatFormat, tokenizer, config: Ro
             last_reward=live.turns[-1].reward if live.turns else None,
             state_unchanged=live.unchanged,
             example=format_example(live.env.action_words) if config.format_example else None,
+            memory=memory_text(live.env, live.steps) if config.context_mode == "memory" else None,
         )
     )
     if len(live.user_texts[turn]) > budget.chars:  # cannot fit: never tokenize a huge observation in full
@@ -254,7 +258,7 @@ def _next_context(live: _Live, turn: int, fmt: ChatFormat, tokenizer, config: Ro
         return None
     if turn > 0:
         live.bridge_ids[turn] = encode(tokenizer, fmt.bridge_text(live.user_texts[turn]))
-    start = live.start if config.context_mode == "full" else max(live.start, turn - config.context_window + 1)
+    start = first_kept_turn(config.context_mode, live.start, turn, config.context_window)
     context = _context(live, start, turn, fmt, tokenizer)
     while len(context) >= budget.tokens and start < turn:
         start += 1
@@ -356,6 +360,7 @@ def _step_reply(live: _Live, parsed) -> tuple[str, float, int, bool]:
             continue
         observation, reward, terminated, truncated, info = live.env.step(action)
         env_reward += float(reward)
+        live.steps.append(StepRecord(action, float(reward), info))
         live.observation, live.state_key = observation, _state_key(info)
         live.success = bool(_info(info, "success", live.spec.env))
         if _info(info, "action_valid", live.spec.env):

@@ -45,12 +45,14 @@ Arguments:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from mirl.envs.base import TextEnv
+from mirl.envs.base import StepRecord, TextEnv
 from mirl.envs.grid.board import Cell, check_no_options, check_view, coordinate_header, pick, render_board, step_cell
+from mirl.envs.grid.memory import frozenlake_summary
 from mirl.envs.grid.render import DEFAULT_CELL_SIZE, MAX_CELL_SIZE, BoardView, Tile, check_render
 from mirl.envs.grid.solvers import solve_frozenlake
 from mirl.envs.registry import register
@@ -174,6 +176,10 @@ class FrozenLakeEnv(TextEnv):
     def state_key(self) -> str:
         """``"P<row>,<col>"``: the player's cell, the whole state of an instance (its lake is fixed)."""
         return f"P{self.player[0]},{self.player[1]}"
+
+    def memory_summary(self, steps: Sequence[StepRecord]) -> str:
+        """The path, the slips and revisits (:func:`mirl.envs.grid.memory.frozenlake_summary`)."""
+        return frozenlake_summary(self, steps)
 
     def _grid(self) -> str:
         if self.holes is None:

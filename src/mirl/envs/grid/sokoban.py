@@ -50,13 +50,15 @@ Arguments:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from mirl.envs.base import TextEnv
+from mirl.envs.base import StepRecord, TextEnv
 from mirl.envs.grid.board import MOVES, Cell, check_no_options, check_view, coordinate_header, pick, render_board
+from mirl.envs.grid.memory import sokoban_key, sokoban_summary
 from mirl.envs.grid.render import DEFAULT_CELL_SIZE, MAX_CELL_SIZE, BoardView, Tile, check_render
 from mirl.envs.grid.solvers import SokobanState, sokoban_distances, sokoban_push
 from mirl.envs.registry import register
@@ -233,8 +235,11 @@ class SokobanEnv(TextEnv):
 
     def state_key(self) -> str:
         """The player's cell and the sorted box cells (module docstring, State key)."""
-        boxes = ";".join(f"{r},{c}" for r, c in sorted(self.boxes))
-        return f"P{self.player[0]},{self.player[1]} B{boxes}"
+        return sokoban_key(self.player, self.boxes)
+
+    def memory_summary(self, steps: Sequence[StepRecord]) -> str:
+        """Moves, pushes, boxes on targets and revisits (:func:`mirl.envs.grid.memory.sokoban_summary`)."""
+        return sokoban_summary(self, steps)
 
     def _solved(self) -> bool:
         return self.room is not None and self.boxes == self.room.targets
