@@ -144,3 +144,33 @@ class RolloutBatch:
         """The rows picked by a bool mask (B,) or a long index tensor, as a new batch."""
         fields = {name: getattr(self, name)[rows] for name in self.__dataclass_fields__}
         return RolloutBatch(**fields)
+
+
+@dataclass(frozen=True, eq=False)
+class ImageInputs:
+    """One image as a vision-language policy's processor prepared it, once: what sampling, training and scoring
+    all read, so the three see the same pixels and the same placeholder expansion.
+
+    ``block_ids`` is the image's part of the token stream (e.g. ``<|vision_start|>``, ``num_tokens`` copies of
+    ``<|image_pad|>``, ``<|vision_end|>``) and ``pad_offset`` the index in it of the first placeholder token.
+    Equality is identity (records holding tensors are compared by their ``id``).
+    """
+
+    id: str  # content id (:func:`mirl.envs.images.image_id`): equal pixels, equal id
+    image: object  # the RGB PIL image the env rendered (written to the rollout files)
+    pixel_values: torch.Tensor  # (patches, channels x temporal x patch x patch) float, as the processor made it
+    grid_thw: tuple[int, int, int]  # patches along time, height, width (before the spatial merge)
+    block_ids: tuple[int, ...]
+    pad_offset: int
+    num_tokens: int  # placeholder tokens the image fills: t x h x w / merge^2
+
+
+@dataclass(frozen=True, eq=False)
+class ContextImage:
+    """An image inside a token stream: its placeholder tokens are ``ids[start : start + image.num_tokens]``."""
+
+    start: int
+    image: ImageInputs
+
+    def shifted(self, offset: int) -> ContextImage:
+        return ContextImage(self.start + offset, self.image)
