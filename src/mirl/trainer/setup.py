@@ -8,7 +8,7 @@ import functools
 import torch
 
 from mirl.algorithms import AlgorithmPreset, get_preset
-from mirl.config import AlgorithmConfig, Config
+from mirl.config import AlgorithmConfig, Config, ConfigError
 from mirl.trainer.critic import Critic
 from mirl.trainer.update import Learner
 
@@ -26,8 +26,14 @@ def resolve_preset(config: AlgorithmConfig) -> AlgorithmPreset:
 
 def load_policy(config: Config):
     from mirl.policy import HFPolicy
+    from mirl.policy.sources import model_modality
 
-    policy = HFPolicy.load(
+    policy_class = HFPolicy
+    if model_modality(config.model.name, config.model.modality, config.model.cache_dir) == "vision":
+        from mirl.policy.hf_vision import VisionPolicy
+
+        policy_class = VisionPolicy
+    policy = policy_class.load(
         config.model.name,
         device=config.model.device,
         dtype=config.model.dtype,
@@ -93,6 +99,11 @@ class _Reference:
 
 
 def build_learner(policy, config: Config, preset: AlgorithmPreset) -> Learner:
+    if preset.use_critic and getattr(policy, "modality", "text") == "vision":
+        raise ConfigError(
+            f"algorithm.preset={config.algorithm.preset} trains a value critic, which reads token ids only and would "
+            "not see the images of a vision-language run; set algorithm.preset=grpo (or dr_grpo)"
+        )
     if config.model.lora_rank > 0:
         policy.model = _lora(policy.model, config)
     policy.activation_checkpointing = config.model.gradient_checkpointing  # works in eval mode, unlike HF's switch
