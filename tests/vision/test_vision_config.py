@@ -27,10 +27,48 @@ def test_auto_is_vision_for_an_image_text_to_text_model_and_text_otherwise(tmp_p
     assert model_modality(str(tmp_path / "vl"), "text") == "text"  # an explicit choice wins
 
 
-def test_a_value_critic_is_refused_for_a_vision_model():
-    from mirl.policy.tiny_vl import tiny_vl_policy
-    from mirl.trainer.setup import build_learner, resolve_preset
+def test_the_critic_sees_the_images_through_the_models_own_forward():
+    import copy
 
-    config = load_config(None, ["algorithm.preset=ppo"])
-    with pytest.raises(ConfigError, match="algorithm.preset=grpo"):
-        build_learner(tiny_vl_policy(), config, resolve_preset(config.algorithm))
+    import torch
+    from tests.vision.conftest import board, processor_prompt
+
+    from mirl.policy.tiny_vl import tiny_vl_policy
+    from mirl.policy.vision_inputs import backbone_image_inputs
+    from mirl.trainer.critic import Critic
+
+    policy = tiny_vl_policy()
+    critic = Critic(copy.deepcopy(policy.model))
+    torch.nn.init.normal_(critic.head.weight)
+    out, ids, placed = processor_prompt(policy, [board((200, 10, 10))])
+    _, _, other = processor_prompt(policy, [board((10, 10, 200))])
+    rows = torch.tensor([ids, ids])
+    mask = torch.ones_like(rows)
+    with torch.no_grad():
+        values = critic(rows, mask, images=(placed, other))
+        hidden = critic.backbone(**out).last_hidden_state  # transformers' forward on the processor's own inputs
+        expected = critic.head(hidden).squeeze(-1)[0, :-1]
+    assert (values[0, 1:] - expected).abs().max() < 1e-5
+    assert not torch.allclose(values[0], values[1])  # different boards, different values
+    inputs = backbone_image_inputs(critic.backbone, rows, mask, (placed, other))
+    theirs, _ = critic.backbone.get_rope_index(out["input_ids"], out["mm_token_type_ids"], out["image_grid_thw"])
+    assert torch.equal(inputs["position_ids"][:, :1], theirs)
+    sampled = rows.clone()
+    sampled[:, -1] = policy.image_token_id  # a placeholder id sampled in a reply stays text
+    with torch.no_grad():
+        assert critic(sampled, mask, images=(placed, other)).shape == rows.shape
+
+
+@pytest.mark.parametrize("name", ["sokoban", "frozenlake"])
+@pytest.mark.parametrize("kept", ["topp09", "nofilter"])
+def test_paper_vision_configs_load_and_their_envs_render_images(name, kept):
+    from pathlib import Path
+
+    from mirl.envs import make
+
+    path = Path(__file__).parents[2] / "configs" / "paper" / f"{name}-vl-ppo-{kept}.yaml"
+    config = load_config(path, [])
+    assert (config.model.name, config.model.modality) == ("Qwen/Qwen2.5-VL-3B-Instruct", "vision")
+    env = make(config.envs[0].name, **config.envs[0].options)
+    observation, info = env.reset(seed=0)
+    assert observation.count("<image>") == len(info["images"]) == 1

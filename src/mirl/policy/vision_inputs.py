@@ -170,3 +170,25 @@ def rope_positions(keyed: torch.Tensor, positions: torch.Tensor, grids: dict[int
             out[1, b, first : first + h * w] = base + offsets // w
             out[2, b, first : first + h * w] = base + offsets % w
     return out
+
+
+def backbone_image_inputs(backbone, input_ids: torch.Tensor, attention_mask: torch.Tensor, images) -> dict:
+    """``inputs_embeds`` and ``position_ids`` for a transformers vision-language backbone (``Qwen2_5_VLModel``) over
+    rows ``input_ids`` (B, T) whose images are ``images[b]`` (ContextImage records).
+
+    The images' features go exactly on their placeholder spans and the model's own ``get_rope_index`` gets the
+    token types from those spans, so a placeholder id the model happened to sample in a reply stays text (the
+    model's forward would count it as an image token and refuse the batch).
+    """
+    placed = [(b, place) for b, row in enumerate(images) for place in sorted(row, key=lambda p: p.start)]
+    types = torch.zeros_like(input_ids, dtype=torch.int)  # (B, T) 1 on image placeholders
+    for b, place in placed:
+        types[b, place.start : place.start + place.image.num_tokens] = 1
+    device = input_ids.device
+    pixels = torch.cat([place.image.pixel_values for _, place in placed]).to(device)
+    grid_thw = torch.tensor([place.image.grid_thw for _, place in placed], device=device)  # (I, 3)
+    embeds = backbone.get_input_embeddings()(input_ids)  # (B, T, H)
+    features = torch.cat(backbone.get_image_features(pixels, image_grid_thw=grid_thw).pooler_output)  # (n, H)
+    embeds = embeds.masked_scatter(types.bool().unsqueeze(-1), features.to(embeds.dtype))
+    positions, _ = backbone.get_rope_index(input_ids, types, image_grid_thw=grid_thw, attention_mask=attention_mask)
+    return {"inputs_embeds": embeds, "position_ids": positions}

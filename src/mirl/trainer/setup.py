@@ -8,7 +8,7 @@ import functools
 import torch
 
 from mirl.algorithms import AlgorithmPreset, get_preset
-from mirl.config import AlgorithmConfig, Config, ConfigError
+from mirl.config import AlgorithmConfig, Config
 from mirl.trainer.critic import Critic
 from mirl.trainer.update import Learner
 
@@ -99,11 +99,6 @@ class _Reference:
 
 
 def build_learner(policy, config: Config, preset: AlgorithmPreset) -> Learner:
-    if preset.use_critic and getattr(policy, "modality", "text") == "vision":
-        raise ConfigError(
-            f"algorithm.preset={config.algorithm.preset} trains a value critic, which reads token ids only and would "
-            "not see the images of a vision-language run; set algorithm.preset=grpo (or dr_grpo)"
-        )
     if config.model.lora_rank > 0:
         policy.model = _lora(policy.model, config)
     policy.activation_checkpointing = config.model.gradient_checkpointing  # works in eval mode, unlike HF's switch

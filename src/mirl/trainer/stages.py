@@ -149,7 +149,9 @@ def critic_values(learner, batch: RolloutBatch) -> torch.Tensor:
     device = next(learner.critic.parameters()).device
     return torch.cat(
         [
-            learner.critic(batch.input_ids[rows].to(device), batch.attention_mask[rows].to(device)).cpu()
+            learner.critic(
+                batch.input_ids[rows].to(device), batch.attention_mask[rows].to(device), **batch.image_args(rows)
+            ).cpu()
             for rows in torch.split(torch.arange(batch.num_rows), 8)
         ]
     )  # (B, T)

@@ -108,7 +108,7 @@ def _critic_terms(learner, inputs: UpdateInputs, rows, normaliser, clip) -> tupl
     device = next(learner.critic.parameters()).device
     ids, attn = part.input_ids[:, :length].to(device), part.attention_mask[:, :length].to(device)
     mask = part.response_mask[:, :length].to(device)
-    values = learner.critic(ids, attn)
+    values = learner.critic(ids, attn, **part.image_args())
     cut = lambda x: x[rows][:, :length].to(device)  # noqa: E731
     loss, stats = value_loss(
         values,
