@@ -8,7 +8,7 @@ import functools
 import torch
 
 from mirl.algorithms import AlgorithmPreset, get_preset
-from mirl.config import AlgorithmConfig, Config
+from mirl.config import AlgorithmConfig, Config, ConfigError
 from mirl.trainer.critic import Critic
 from mirl.trainer.update import Learner
 
@@ -31,6 +31,12 @@ def load_policy(config: Config):
     policy_class = HFPolicy
     if model_modality(config.model.name, config.model.modality, config.model.cache_dir) == "vision":
         from mirl.policy.hf_vision import VisionPolicy
+
+        if config.model.backend != "hf":
+            raise ConfigError(
+                f"{config.model.name} is a vision-language model, which runs on the hf backend only, got "
+                f"model.backend={config.model.backend}; set model.backend=hf"
+            )
 
         policy_class = VisionPolicy
     policy = policy_class.load(
