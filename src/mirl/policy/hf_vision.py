@@ -61,7 +61,7 @@ class VisionPolicy(HFPolicy):
         self._processed: dict[str, ImageInputs] = {}  # content id -> processed image, this policy's lifetime
         self._handles: dict[str, int] = {}  # content id -> handle (negative)
         self._by_handle: weakref.WeakValueDictionary[int, ImageInputs] = weakref.WeakValueDictionary()
-        self.max_processed = 4096  # processed images kept for reuse at most (oldest dropped first)
+        self.max_processed = 512  # processed images kept for reuse at most (oldest dropped first)
 
     @classmethod
     def load(cls, source: str | os.PathLike, *, device="auto", dtype="auto", cache_dir=None, **kwargs):
