@@ -37,6 +37,9 @@ class ModelConfig:
     cache_dir: str | None = None
     # generation backend: "hf" (mirl's sampler over transformers) or "vllm" (optional extra `vllm`; CPU or GPU)
     backend: str = "hf"
+    # "auto" (vision when the model's config is an image-text-to-text model), "text" or "vision" (image
+    # observations go to the model as images; needs an AutoModelForImageTextToText model and its AutoProcessor)
+    modality: str = "auto"
     # LoRA rank for policy and critic; 0 trains all weights
     lora_rank: int = 0
     # LoRA scaling alpha

@@ -118,7 +118,7 @@ async def play_episode(
         if _overflows(live, context, config, response_budget):
             live.end_reason = CONTEXT_LENGTH
             break
-        reply = _bounded(await generate(context), budget.tokens - len(context), config.max_new_tokens)
+        reply = _bounded(await generate(context.ids), budget.tokens - len(context), config.max_new_tokens)
         _apply(live, context, reply, tokenizer, config)
     return _finish(live)
 
