@@ -17,8 +17,17 @@ alike.
    at a time (``--sequential-episodes`` of them, one per group, each alone; the rate is what is compared).
    Exactness: the sampled tokens with and without sharing are compared (same seeds).
 
+3. **context modes**: the same 4 x 4 rollout with ``rollout.context_mode`` full, window (2 turns) and memory
+   (the current turn plus the env's recap), ``rollout.max_context_tokens=4096`` so full mode drops nothing. Per
+   turn, the mean context length (tokens) of the episodes still playing; then all prompt tokens of the rollout,
+   the tokens actually encoded (prefix sharing and, in full mode, the cache carried from turn to turn), sampled
+   tokens per second, and the ratios of memory and window to full. Replies differ between modes (other
+   contexts, other samples), so episode lengths differ too; the per-turn means compare like with like.
+
 Where the time goes: seconds inside prefill (``HFPolicy._prefill``) vs the rest of ``generate`` (decoding), and
 prompt tokens vs tokens actually encoded.
+
+``--part sampler|rollout|context`` runs one section only (default: all three).
 """
 
 from __future__ import annotations
@@ -180,6 +189,48 @@ def rollouts(policy, config, repeats: int, sequential: int, probe: Probe) -> Non
     )
 
 
+CONTEXT_MODES = {"full": {}, "window (2 turns)": {"context_window": 2}, "memory": {}}
+
+
+def context_modes(policy, config, repeats: int, probe: Probe) -> None:
+    specs, K = train_specs(config, 1), config.rollout.group_size
+    played: dict[str, list] = {}
+
+    def play(label: str):
+        mode = label.split(" ")[0]
+        rollout = dataclasses.replace(
+            config.rollout, context_mode=mode, max_context_tokens=4096, **CONTEXT_MODES[label]
+        )
+        played[label] = run_episodes(policy, specs, K, rollout, sampling_seed=0)
+        return sum(len(t.response_ids) for e in played[label] for t in e.turns)
+
+    rates = interleave({label: (lambda label=label: play(label)) for label in CONTEXT_MODES}, repeats, probe)
+    print(
+        f"\n3. context modes: {len(specs)} prompts x {K} samples, <= {config.rollout.max_turns} turns, "
+        f"<= {config.rollout.max_new_tokens} new tokens a turn, max_context_tokens 4096"
+    )
+    report(rates)
+    prompts = {}
+    for label, episodes in played.items():
+        per_turn = [
+            [len(e.turns[t].context_ids) for e in episodes if len(e.turns) > t] for t in range(config.rollout.max_turns)
+        ]
+        means = "  ".join(f"{statistics.mean(lengths):6.0f} ({len(lengths):2d})" for lengths in per_turn if lengths)
+        prompts[label] = [statistics.mean(lengths) for lengths in per_turn if lengths]
+        run = rates[label]["runs"][-1]
+        print(f"   {label:18s} mean context tokens per turn (episodes): {means}")
+        print(f"   {'':18s} prompt tokens {run['prompt']}, encoded {run['encoded']}")
+    for label in ("memory", "window (2 turns)"):
+        last = min(len(prompts[label]), len(prompts["full"])) - 1
+        ratio = prompts[label][last] / prompts["full"][last]
+        total = rates[label]["runs"][-1]["prompt"] / rates["full"]["runs"][-1]["prompt"]
+        speed = statistics.median(rates[label]["rate"]) / statistics.median(rates["full"]["rate"])
+        print(
+            f"   {label} / full: mean context at turn {last + 1} {ratio:.2f} x, prompt tokens of the rollout "
+            f"{total:.2f} x, tokens/s {speed:.2f} x"
+        )
+
+
 def interleave(modes: dict, repeats: int, probe: Probe) -> dict[str, dict]:
     """Run every mode once per repeat, in turn; collect tokens/s and the probe's breakdown of each run."""
     out = {name: {"rate": [], "runs": []} for name in modes}
@@ -217,6 +268,7 @@ def main() -> None:
     parser.add_argument("--sequential-episodes", type=int, default=4, help="episodes timed one at a time")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--skip-generate", action="store_true", help="skip the model.generate comparison")
+    parser.add_argument("--part", choices=("all", "sampler", "rollout", "context"), default="all", help="one section")
     args = parser.parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -226,9 +278,12 @@ def main() -> None:
     policy = tiny_policy() if args.model == "tiny" else HFPolicy.load(args.model, device="cpu")
     print(f"{args.model}: torch threads {torch.get_num_threads()}")
     probe = Probe(policy)
-    if not args.skip_generate:
+    if not args.skip_generate and args.part in ("all", "sampler"):
         sampler_vs_generate(policy, config, args.repeats, probe)
-    rollouts(policy, config, args.repeats, args.sequential_episodes, probe)
+    if args.part in ("all", "rollout"):
+        rollouts(policy, config, args.repeats, args.sequential_episodes, probe)
+    if args.part in ("all", "context"):
+        context_modes(policy, config, args.repeats, probe)
 
 
 if __name__ == "__main__":

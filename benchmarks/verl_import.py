@@ -48,8 +48,9 @@ print(json.dumps({"seconds": seconds, "cpu_seconds": cpu_seconds, "increment": i
 
 def sample(plugins: str, mode: str = "import", *imports: str) -> dict:
     env = dict(os.environ, VERL_USE_EXTERNAL_PLUGINS=plugins, PYTHONWARNINGS="ignore")
-    done = subprocess.run([sys.executable, "-c", PROBE, mode, *imports], capture_output=True, text=True, env=env,
-                          timeout=600, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, mode, *imports], capture_output=True, text=True, env=env, timeout=600, check=False
+    )
     if done.returncode != 0:
         raise SystemExit(f"benchmarks/verl_import.py: the probe failed ({plugins=}): {done.stderr[-1500:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -64,21 +65,29 @@ def main() -> None:
         runs["without"].append(sample("none"))
         runs["with"].append(sample("mirl"))
         runs["increment"].append(sample("none", "increment"))
-    median = {name: {key: statistics.median(r[key] for r in rs) for key in ("seconds", "cpu_seconds", "peak_mb")}
-              for name, rs in runs.items()}
+    median = {
+        name: {key: statistics.median(r[key] for r in rs) for key in ("seconds", "cpu_seconds", "peak_mb")}
+        for name, rs in runs.items()
+    }
     print(f"import verl, median of {args.repeats} fresh processes each (alternating)")
     for name in ("without", "with"):
         m, spread = median[name], ", ".join(f"{r['seconds']:.1f}" for r in runs[name])
-        print(f"  {name:8s} plugin: wall {m['seconds']:6.2f} s  CPU {m['cpu_seconds']:6.2f} s  peak "
-              f"{m['peak_mb']:5.0f} MB   (wall samples: {spread} s)")
+        print(
+            f"  {name:8s} plugin: wall {m['seconds']:6.2f} s  CPU {m['cpu_seconds']:6.2f} s  peak "
+            f"{m['peak_mb']:5.0f} MB   (wall samples: {spread} s)"
+        )
     wall = median["with"]["seconds"] - median["without"]["seconds"]
     cpu = median["with"]["cpu_seconds"] - median["without"]["cpu_seconds"]
     memory = median["with"]["peak_mb"] - median["without"]["peak_mb"]
-    print(f"  with - without: wall {wall:+.2f} s, CPU {cpu:+.2f} s, peak {memory:+.0f} MB; "
-          f"mirl modules: {runs['with'][0]['mirl']}")
+    print(
+        f"  with - without: wall {wall:+.2f} s, CPU {cpu:+.2f} s, peak {memory:+.0f} MB; "
+        f"mirl modules: {runs['with'][0]['mirl']}"
+    )
     increments = sorted(r["increment"] for r in runs["increment"])
-    print(f"  increment (entry-point lookup + mirl's plugin, after import verl): median "
-          f"{statistics.median(increments) * 1000:.1f} ms, max {increments[-1] * 1000:.1f} ms (target < 500 ms)")
+    print(
+        f"  increment (entry-point lookup + mirl's plugin, after import verl): median "
+        f"{statistics.median(increments) * 1000:.1f} ms, max {increments[-1] * 1000:.1f} ms (target < 500 ms)"
+    )
     registries = sample("mirl", "import", "verl.experimental.agent_loop.agent_loop", "verl.trainer.ppo.v1")
     print(f"  after veRL's registries are imported too: mirl modules loaded: {registries['mirl']}")
 

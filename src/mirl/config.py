@@ -37,6 +37,9 @@ class ModelConfig:
     cache_dir: str | None = None
     # generation backend: "hf" (mirl's sampler over transformers) or "vllm" (optional extra `vllm`; CPU or GPU)
     backend: str = "hf"
+    # "auto" (vision when the model's config is an image-text-to-text model), "text" or "vision" (image
+    # observations go to the model as images; needs an AutoModelForImageTextToText model and its AutoProcessor)
+    modality: str = "auto"
     # LoRA rank for policy and critic; 0 trains all weights
     lora_rank: int = 0
     # LoRA scaling alpha
@@ -84,7 +87,8 @@ class RolloutConfig:
     temperature: float = 1.0
     # nucleus sampling mass for training rollouts
     top_p: float = 1.0
-    # "full" (whole history, oldest turns dropped when too long) or "window" (last context_window turns)
+    # "full" (whole history, oldest turns dropped when too long), "window" (last context_window turns) or "memory"
+    # (the current turn only, with the env's recap of the episode; docs/rollouts.md)
     context_mode: str = "full"
     # turns kept in "window" mode
     context_window: int = 2

@@ -27,8 +27,9 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "filter.strategy": ("top_p", "top_k", "top_k_abs", "min_p", "band", "none"),
     "filter.mode": ("linear", "softmax"),
     "filter.statistic": ("std", "var", "mean", "sum"),
-    "rollout.context_mode": ("full", "window"),
+    "rollout.context_mode": ("full", "window", "memory"),
     "model.backend": ("hf", "vllm"),
+    "model.modality": ("auto", "text", "vision"),
     "model.dtype": ("auto", "float32", "bfloat16", "float16"),
     "diagnostics.gradient_buckets": ("quantile", "fixed"),
     "diagnostics.columns": ("sampled", "all"),
@@ -216,6 +217,11 @@ def _check_relations(config: Config) -> None:
         raise ConfigError(
             f"model.backend=vllm needs rollout.top_p=1 (vLLM reports log-probs after top-p truncation), got "
             f"{config.rollout.top_p}; set rollout.top_p=1 or model.backend=hf"
+        )
+    if config.model.modality == "vision" and config.model.backend != "hf":
+        raise ConfigError(
+            f"model.modality=vision runs on the hf backend only, got model.backend={config.model.backend}; "
+            "set model.backend=hf"
         )
     if not config.filter.band_lo < config.filter.band_hi:
         raise ConfigError(

@@ -14,6 +14,7 @@ Nothing read here is ever unpickled or executed.
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
@@ -140,15 +141,19 @@ def remove_stale_tmp(directory: Path) -> list[Path]:
 # ------------------------------------------------------------------------------------------------------ reads
 
 
-def open_regular(path: str | os.PathLike):
+def open_regular(path: str | os.PathLike, *, follow_links: bool = True):
     """``path`` opened for binary reading; :class:`RunDirError` unless it is a regular file (a FIFO or a device
-    planted in a run directory would block or never end)."""
+    planted in a run directory would block or never end), or when it is a symbolic link and ``follow_links`` is
+    False (checked by the open itself, ``O_NOFOLLOW``, so a link swapped in after a check is refused too)."""
     path = Path(path)
+    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow_links else os.O_NOFOLLOW)
     try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        descriptor = os.open(path, flags)
     except FileNotFoundError:
         raise
     except OSError as error:
+        if not follow_links and error.errno == errno.ELOOP:
+            raise RunDirError(f"{path} is a symbolic link; mirl does not read through links here") from None
         raise RunDirError(f"cannot read {path}: {error.strerror}") from None
     handle = os.fdopen(descriptor, "rb")
     if not stat.S_ISREG(os.fstat(descriptor).st_mode):
@@ -157,9 +162,10 @@ def open_regular(path: str | os.PathLike):
     return handle
 
 
-def read_bytes(path: str | os.PathLike, limit: int) -> bytes:
-    """The bytes of regular file ``path``; :class:`RunDirError` when it is larger than ``limit`` or not a file."""
-    with open_regular(path) as handle:
+def read_bytes(path: str | os.PathLike, limit: int, *, follow_links: bool = True) -> bytes:
+    """The bytes of regular file ``path``; :class:`RunDirError` when it is larger than ``limit`` or not a file
+    (or a link, with ``follow_links=False``)."""
+    with open_regular(path, follow_links=follow_links) as handle:
         data = handle.read(limit + 1)
     if len(data) > limit:
         raise RunDirError(f"{path} is larger than {limit} bytes; refusing to read it (is it really mirl's?)")

@@ -65,6 +65,8 @@ class Turn:
     # the env's ``info["state_key"]`` for the state this turn starts from (equal keys = identical env states,
     # within one instance); None when the env gives none. Step-level credit groups turns by it.
     state_key: str | None = None
+    # the images in context_ids, in order (a vision-language policy's turns; empty for text)
+    images: tuple[ContextImage, ...] = ()
 
     @property
     def reasoning_ids(self) -> tuple[int, ...]:
@@ -131,6 +133,8 @@ class RolloutBatch:
     episode_ids: torch.Tensor  # (B,) long: index of the row's episode in the collated list
     turn_ids: torch.Tensor  # (B, T) long: turn number of each response token, -1 elsewhere
     turn_rewards: torch.Tensor  # (B, T) float: turn i's reward on turn i's last response token, 0 elsewhere
+    # (B,) the images of each row, placed in its input_ids (a vision-language policy's rows); () for text
+    images: tuple[tuple[ContextImage, ...], ...] = ()
 
     @property
     def num_rows(self) -> int:
@@ -142,5 +146,53 @@ class RolloutBatch:
 
     def select(self, rows: torch.Tensor) -> RolloutBatch:
         """The rows picked by a bool mask (B,) or a long index tensor, as a new batch."""
-        fields = {name: getattr(self, name)[rows] for name in self.__dataclass_fields__}
+        fields = {name: getattr(self, name)[rows] for name in self.__dataclass_fields__ if name != "images"}
+        if self.images:
+            index = rows.nonzero().squeeze(-1) if rows.dtype == torch.bool else rows.reshape(-1)
+            fields["images"] = tuple(self.images[int(i)] for i in index)
         return RolloutBatch(**fields)
+
+    def image_args(self, rows: torch.Tensor | None = None) -> dict:
+        """``{"images": ...}`` of the rows (all when None) for ``token_logprobs`` when the batch has images, else
+        ``{}`` (so text policies are called exactly as before)."""
+        if not any(self.images):
+            return {}
+        if rows is None:
+            return {"images": self.images}
+        index = rows.nonzero().squeeze(-1) if rows.dtype == torch.bool else rows.reshape(-1)
+        return {"images": tuple(self.images[int(i)] for i in index)}
+
+    @property
+    def row_images(self) -> tuple[tuple[ContextImage, ...], ...] | None:
+        """The images of each row when any row has one, else None (what ``token_logprobs(images=...)`` takes)."""
+        return self.images if any(self.images) else None
+
+
+@dataclass(frozen=True, eq=False)
+class ImageInputs:
+    """One image as a vision-language policy's processor prepared it, once: what sampling, training and scoring
+    all read, so the three see the same pixels and the same placeholder expansion.
+
+    ``block_ids`` is the image's part of the token stream (e.g. ``<|vision_start|>``, ``num_tokens`` copies of
+    ``<|image_pad|>``, ``<|vision_end|>``) and ``pad_offset`` the index in it of the first placeholder token.
+    Equality is identity (records holding tensors are compared by their ``id``).
+    """
+
+    id: str  # content id (:func:`mirl.envs.images.image_id`): equal pixels, equal id
+    image: object  # the RGB PIL image the env rendered (written to the rollout files)
+    pixel_values: torch.Tensor  # (patches, channels x temporal x patch x patch) float, as the processor made it
+    grid_thw: tuple[int, int, int]  # patches along time, height, width (before the spatial merge)
+    block_ids: tuple[int, ...]
+    pad_offset: int
+    num_tokens: int  # placeholder tokens the image fills: t x h x w / merge^2
+
+
+@dataclass(frozen=True, eq=False)
+class ContextImage:
+    """An image inside a token stream: its placeholder tokens are ``ids[start : start + image.num_tokens]``."""
+
+    start: int
+    image: ImageInputs
+
+    def shifted(self, offset: int) -> ContextImage:
+        return ContextImage(self.start + offset, self.image)

@@ -20,9 +20,7 @@ def test_grpo_by_hand():
     # group 0: mean 0.5, deviations +-0.5, unbiased std sqrt(4 * 0.25 / 3) = sqrt(1/3)
     # group 1: mean 2, deviations [1, -1, 0, 0], unbiased std sqrt(2 / 3)
     s0, s1 = math.sqrt(1 / 3) + 1e-6, math.sqrt(2 / 3) + 1e-6
-    expected = torch.tensor(
-        [[0.5 / s0, -0.5 / s0, -0.5 / s0, 0.5 / s0], [1 / s1, -1 / s1, 0.0, 0.0]], dtype=F64
-    )
+    expected = torch.tensor([[0.5 / s0, -0.5 / s0, -0.5 / s0, 0.5 / s0], [1 / s1, -1 / s1, 0.0, 0.0]], dtype=F64)
     torch.testing.assert_close(grpo_advantages(returns), expected, rtol=1e-12, atol=0)
 
 
@@ -36,9 +34,7 @@ def test_grpo_matches_statistics_module():
     for p, row in enumerate(returns.tolist()):
         mean, std = statistics.fmean(row), statistics.stdev(row)
         expected = [(r - mean) / (std + 1e-6) for r in row]
-        torch.testing.assert_close(
-            grpo_advantages(returns)[p], torch.tensor(expected, dtype=F64), rtol=1e-12, atol=0
-        )
+        torch.testing.assert_close(grpo_advantages(returns)[p], torch.tensor(expected, dtype=F64), rtol=1e-12, atol=0)
 
 
 def test_grpo_degenerate_groups_give_zero():
@@ -153,9 +149,7 @@ def test_whiten_gives_zero_mean_unit_variance_over_counted_tokens():
 
 
 def test_returns_on_last_token():
-    mask = torch.tensor(
-        [[True, True, False, False], [False, True, False, True], [False, False, False, False]]
-    )
+    mask = torch.tensor([[True, True, False, False], [False, True, False, True], [False, False, False, False]])
     rewards = returns_on_last_token(torch.tensor([1.0, -2.0, NAN]), mask)
     assert rewards.tolist() == [[0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, -2.0], [0.0, 0.0, 0.0, 0.0]]
     with pytest.raises(ValueError, match="same B"):

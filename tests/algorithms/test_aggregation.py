@@ -11,9 +11,7 @@ F64 = torch.float64
 
 def _batch():
     per_token = torch.tensor([[1.0, 2.0, 3.0, NAN], [4.0, NAN, NAN, NAN], [NAN, 5.0, NAN, NAN]], dtype=F64)
-    mask = torch.tensor(
-        [[True, True, True, False], [True, False, False, False], [False, False, False, False]]
-    )
+    mask = torch.tensor([[True, True, True, False], [True, False, False, False], [False, False, False, False]])
     return per_token, mask  # row 2 has no counted token
 
 
@@ -34,10 +32,7 @@ def test_each_mode_by_hand(mode, expected):
 def test_given_normaliser_replaces_the_default():
     per_token, mask = _batch()
     assert aggregate(per_token, mask, "token-mean", normaliser=5).item() == 2.0  # 10 / 5
-    assert (
-        aggregate(per_token, mask, "seq-mean-token-sum-norm", normaliser=torch.tensor(3 * 10)).item()
-        == 10 / 30
-    )
+    assert aggregate(per_token, mask, "seq-mean-token-sum-norm", normaliser=torch.tensor(3 * 10)).item() == 10 / 30
 
 
 def test_all_masked_batch_gives_zero_in_every_mode():
@@ -89,12 +84,8 @@ def test_micro_batches_with_global_normaliser_sum_to_full_batch_loss(mode):
     def losses(rows, norm):
         current_logp = logp[rows].clone().requires_grad_(True)
         current_values = values[rows].clone().requires_grad_(True)
-        pg, _ = policy_loss(
-            current_logp, old_logp[rows], advantages[rows], mask[rows], agg=mode, normaliser=norm
-        )
-        vf, _ = value_loss(
-            current_values, old_values[rows], returns[rows], mask[rows], agg=mode, normaliser=norm
-        )
+        pg, _ = policy_loss(current_logp, old_logp[rows], advantages[rows], mask[rows], agg=mode, normaliser=norm)
+        vf, _ = value_loss(current_values, old_values[rows], returns[rows], mask[rows], agg=mode, normaliser=norm)
         (pg + vf).backward()
         return pg, vf, current_logp.grad, current_values.grad
 
@@ -117,8 +108,6 @@ def test_micro_batches_trimmed_to_their_own_length_with_token_sum_norm():
     trimmed = []
     for rows in MICRO_BATCHES:
         keep = mask[rows].any(dim=0).nonzero().max().item() + 1  # drop trailing all-padding columns
-        trimmed.append(
-            aggregate(per_token[rows, :keep], mask[rows, :keep], "seq-mean-token-sum-norm", normaliser)
-        )
+        trimmed.append(aggregate(per_token[rows, :keep], mask[rows, :keep], "seq-mean-token-sum-norm", normaliser))
     full = aggregate(per_token, mask, "seq-mean-token-sum-norm")
     torch.testing.assert_close(sum(trimmed), full, rtol=1e-12, atol=1e-15)

@@ -20,9 +20,7 @@ def test_kl_estimators_by_hand():
     assert kl_penalty(logp, ref, "k1").tolist() == [1.0, -2.0, 0.0]
     assert kl_penalty(logp, ref, "k2").tolist() == [0.5, 2.0, 0.0]  # d^2 / 2
     expected_k3 = [math.exp(-1) + 1 - 1, math.exp(2) - 2 - 1, 0.0]  # exp(-d) + d - 1
-    torch.testing.assert_close(
-        kl_penalty(logp, ref, "k3"), torch.tensor(expected_k3, dtype=F64), rtol=1e-12, atol=0
-    )
+    torch.testing.assert_close(kl_penalty(logp, ref, "k3"), torch.tensor(expected_k3, dtype=F64), rtol=1e-12, atol=0)
 
 
 def test_k3_is_clamped_and_keeps_finite_gradients():
@@ -47,9 +45,7 @@ def test_kl_penalty_rejects_unknown_kind_and_shapes():
 
 def _ratios(*ratios):
     """logp (1, n) with gradient such that exp(logp - 0) = ratio, and old_logp = 0."""
-    return torch.log(torch.tensor([ratios], dtype=F64)).requires_grad_(True), torch.zeros(
-        1, len(ratios), dtype=F64
-    )
+    return torch.log(torch.tensor([ratios], dtype=F64)).requires_grad_(True), torch.zeros(1, len(ratios), dtype=F64)
 
 
 def test_policy_loss_clip_branches_by_hand():
@@ -105,8 +101,7 @@ def test_policy_loss_ignores_padding_in_value_and_gradient():
     advantages = torch.randn(3, 5, dtype=F64, generator=generator)
     mask = torch.rand(3, 5, generator=generator) < 0.6
     poisoned = [
-        torch.where(mask, t, torch.full_like(t, fill))
-        for t, fill in ((logp, NAN), (old, INF), (advantages, NAN))
+        torch.where(mask, t, torch.full_like(t, fill)) for t, fill in ((logp, NAN), (old, INF), (advantages, NAN))
     ]
     results = []
     for inputs in ((logp, old, advantages), poisoned):
@@ -165,17 +160,13 @@ def test_value_loss_by_hand():
     assert stats["explained_var"].item() == pytest.approx(1 - (3.64 / 3) / (7 / 3), rel=1e-12)
     loss.backward()
     # gradients: token 0 clipped -> 0; token 1: (v - R) / 3 = 0.2 / 3; token 2: (0 - 2) / 3
-    torch.testing.assert_close(
-        values.grad, torch.tensor([[0.0, 0.2 / 3, -2 / 3, 0.0]], dtype=F64), rtol=1e-12, atol=0
-    )
+    torch.testing.assert_close(values.grad, torch.tensor([[0.0, 0.2 / 3, -2 / 3, 0.0]], dtype=F64), rtol=1e-12, atol=0)
 
 
 def test_value_loss_unclipped_and_constant_returns():
     values = torch.tensor([[2.0, 0.0]])
     returns = torch.tensor([[1.0, 1.0]])
-    loss, stats = value_loss(
-        values, torch.zeros(1, 2), returns, torch.ones(1, 2, dtype=torch.bool), clip=None
-    )
+    loss, stats = value_loss(values, torch.zeros(1, 2), returns, torch.ones(1, 2, dtype=torch.bool), clip=None)
     assert loss.item() == 0.5  # 0.5 * (1 + 1) / 2
     assert stats["clip_frac"].item() == 0.0
     assert stats["explained_var"].item() == 0.0  # Var(R) = 0: defined as 0

@@ -123,9 +123,7 @@ def test_core_imports_only_torch_the_standard_library_and_itself():
                 continue
             for name in names:
                 top = name.split(".")[0]
-                allowed = (
-                    top in sys.stdlib_module_names or top == "torch" or name.startswith("mirl.algorithms")
-                )
+                allowed = top in sys.stdlib_module_names or top == "torch" or name.startswith("mirl.algorithms")
                 assert allowed, f"{path.name} imports {name}"
 
 

@@ -6,15 +6,26 @@ import random
 
 import gymnasium
 import pytest
+from PIL import Image
 
 from mirl.envs import ContractError, TextEnv, check_env, env_options, make, register, registry
 from mirl.envs.checker import transcript
+from mirl.envs.images import IMAGE_PLACEHOLDER
 
-ENV_NAMES = sorted(registry)
+ENV_NAMES = sorted(name for name in registry if name != "openenv")  # openenv needs a server: tests/remote
 
 
 def test_builtin_envs_are_registered():
     assert {"sokoban", "frozenlake", "bandit", "countdown", "metamath", "deepcoder"} <= set(ENV_NAMES)
+    assert {"sudoku", "game2048", "rubiks2x2"} <= set(ENV_NAMES)
+
+
+@pytest.mark.parametrize("name", ["sokoban", "frozenlake", "sudoku", "game2048", "rubiks2x2"])
+def test_envs_whose_states_repeat_key_them(name):
+    # the base contract: such envs put state_key in reset's info (check_env then checks every step's)
+    env = make(name)
+    key = env.reset(seed=3)[1]["state_key"]
+    assert isinstance(key, str) and key == make(name).reset(seed=3)[1]["state_key"]
 
 
 @pytest.mark.parametrize("name", ENV_NAMES)
@@ -72,7 +83,7 @@ def test_unknown_option_lists_valid_options_and_nearest():
 
 def test_env_options_come_from_init_and_arguments_section():
     options = env_options("frozenlake")
-    assert list(options) == ["size", "frozen_prob", "success_rate", "max_steps", "view"]
+    assert list(options) == ["size", "frozen_prob", "success_rate", "max_steps", "view", "render", "cell_size"]
     assert options["success_rate"][0] == 0.98
     assert options["size"][1] == "rows and columns of the square lake."
 
@@ -182,6 +193,61 @@ class InvalidActionMovesKey(KeyedCounter):
 
 def test_checker_accepts_state_keys():
     check_env(KeyedCounter())
+
+
+class PictureCounter(Counter):
+    """Counter that also shows its value as an image (mirl.envs.images contract)."""
+
+    def picture(self):
+        return Image.new("RGB", (4, 4), (self.value * 40, 0, 0))
+
+    def render(self):
+        return f"value {self.value}\n{IMAGE_PLACEHOLDER}"
+
+    def reset(self, *, seed=None, options=None):
+        observation, info = super().reset(seed=seed)
+        return observation, info | {"images": [self.picture()]}
+
+    def step(self, action):
+        *result, info = super().step(action)
+        return *result, info | {"images": [self.picture()]}
+
+
+class PlaceholderWithoutImage(Counter):
+    def render(self):
+        return f"value {self.value}\n{IMAGE_PLACEHOLDER}"
+
+
+class GreyPicture(PictureCounter):
+    def picture(self):
+        return super().picture().convert("L")
+
+
+class PictureOfCalls(PictureCounter):
+    """Draws how often it was asked: an illegal action changes the image."""
+
+    calls = 0
+
+    def picture(self):
+        self.calls += 1
+        return Image.new("RGB", (4, 4), (self.calls % 256, 0, 0))
+
+
+def test_checker_accepts_images():
+    check_env(PictureCounter())
+
+
+@pytest.mark.parametrize(
+    ("broken", "message"),
+    [
+        (PlaceholderWithoutImage, r"1 <image> placeholder\(s\) but info\['images'\] holds 0"),
+        (GreyPicture, "must be RGB"),
+        (PictureOfCalls, "must leave the state unchanged"),
+    ],
+)
+def test_checker_rejects_broken_images(broken, message):
+    with pytest.raises(ContractError, match=message):
+        check_env(broken())
 
 
 @pytest.mark.parametrize(

@@ -13,9 +13,7 @@ from mirl.filtering import group_scores, metrics, rules, scores, select, select_
 
 # quarter steps keep sums exact, so the properties test the rule and not float rounding
 score_lists = st.lists(st.integers(min_value=0, max_value=40).map(lambda n: n / 4), min_size=1, max_size=24)
-signed_lists = st.lists(
-    st.integers(min_value=-40, max_value=40).map(lambda n: n / 4), min_size=1, max_size=24
-)
+signed_lists = st.lists(st.integers(min_value=-40, max_value=40).map(lambda n: n / 4), min_size=1, max_size=24)
 fractions = st.integers(min_value=1, max_value=20).map(lambda n: n / 20)
 
 
@@ -92,9 +90,7 @@ def test_linear_top_p_keeps_enough_mass_and_no_more(s, p):
 @given(score_lists, st.sampled_from(["top_p", "top_k", "top_k_abs", "min_p", "band", "none"]), st.booleans())
 def test_every_selection_is_well_formed(s, strategy, largest):
     value = {"top_k_abs": 3.0}.get(strategy, 0.5)
-    selection = select_groups(
-        torch.tensor(s), strategy=strategy, value=value, band=(0.25, 0.75), largest=largest
-    )
+    selection = select_groups(torch.tensor(s), strategy=strategy, value=value, band=(0.25, 0.75), largest=largest)
     n = len(s)
     assert selection.keep.shape == (n,) and selection.keep.dtype == torch.bool
     assert sorted(selection.order.tolist()) == list(range(n))  # a permutation
@@ -124,9 +120,7 @@ def test_largest_false_equals_largest_true_on_negated_scores_for_rank_rules(s):
 @given(st.integers(1, 6), st.integers(1, 8), st.data())
 def test_select_trajectories_keeps_the_extremes(num_groups, group_size, data):
     returns = torch.tensor(
-        data.draw(
-            st.lists(st.integers(0, 3), min_size=num_groups * group_size, max_size=num_groups * group_size)
-        ),
+        data.draw(st.lists(st.integers(0, 3), min_size=num_groups * group_size, max_size=num_groups * group_size)),
         dtype=torch.float32,
     ).reshape(num_groups, group_size)
     count = data.draw(st.integers(1, group_size))

@@ -108,8 +108,7 @@ def test_band_quartiles_partition_all_groups(num_groups):
     scores = torch.rand(num_groups, generator=torch.Generator().manual_seed(num_groups))
     edges = [0.0, 0.25, 0.5, 0.75, 1.0]
     masks = [
-        select_groups(scores, strategy="band", band=(lo, hi)).keep
-        for lo, hi in zip(edges[:-1], edges[1:], strict=True)
+        select_groups(scores, strategy="band", band=(lo, hi)).keep for lo, hi in zip(edges[:-1], edges[1:], strict=True)
     ]
     counts = torch.stack(masks).sum(dim=0)  # (P,) how many quartiles hold each group
     assert counts.tolist() == [1] * num_groups

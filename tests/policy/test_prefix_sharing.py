@@ -82,7 +82,7 @@ def test_a_turn_mixing_stored_and_fresh_prompts_joins_their_caches(policy, monke
     _assert_same(reused, plain)
 
 
-@pytest.mark.parametrize("context_mode", ["full", "window"])
+@pytest.mark.parametrize("context_mode", ["full", "window", "memory"])
 def test_rollouts_with_and_without_sharing_are_identical(policy, context_mode):
     config = RolloutConfig(max_turns=3, max_new_tokens=16, temperature=0.9, top_p=0.95, context_mode=context_mode)
     specs = [EnvSpec("frozenlake", 0), EnvSpec("frozenlake", 1)]
@@ -102,7 +102,7 @@ def test_rollouts_with_and_without_sharing_are_identical(policy, context_mode):
             torch.testing.assert_close(
                 torch.tensor(ta.response_logprobs), torch.tensor(tb.response_logprobs), rtol=0, atol=1e-5
             )
-    assert encoded[0] < encoded[1] / (3 if context_mode == "full" else 1.1)  # window: turn 0 only
+    assert encoded[0] < encoded[1] / (3 if context_mode == "full" else 1.1)  # window, memory: turn 0 only
 
 
 def test_store_takes_the_longest_prefix_and_keeps_one_token_to_encode():

@@ -220,3 +220,35 @@ def full_report(tmp_path_factory):
     run = write_run(tmp_path_factory.mktemp("runs"), "full", iterations=20, envs=("frozenlake", "sokoban"))
     result = build_report(run)
     return run, result, result.html_path.read_text()
+
+
+def write_vision_run(
+    root: Path, name: str = "vision", *, turns: int = 3, modality: str | None = None, omit: tuple[str, ...] = ()
+) -> Path:
+    """A run directory whose saved episodes played image-rendered Sokoban (``render=both``): each turn lists the
+    ids of its boards, stored as ``rollouts/images/<id>.png`` by the env's own renderer. Config, metrics and
+    summary come from :func:`write_run` (2 iterations; ``omit`` as there, e.g. ``("metrics",)`` for no plots)."""
+    from mirl.envs import make
+    from mirl.envs.images import image_id, png_bytes
+
+    run = write_run(root, name, iterations=2, envs=("sokoban",), omit=omit)
+    if modality is not None:
+        config = yaml.safe_load((run / "config.yaml").read_text())
+        (run / "config.yaml").write_text(yaml.safe_dump(config | {"model": config["model"] | {"modality": modality}}))
+    images = run / "rollouts" / "images"
+    images.mkdir()
+    for path in sorted((run / "rollouts").glob("iteration_*.jsonl")):
+        episodes = [json.loads(line) for line in path.read_text().splitlines()]
+        for number, episode in enumerate(episodes):
+            env = make("sokoban", render="both")
+            observation, info = env.reset(seed=number)
+            episode["turns"] = []
+            for action in ["Up", "Left", "Down", "Right"][:turns]:
+                ids = [image_id(image) for image in info["images"]]
+                for ident, image in zip(ids, info["images"], strict=True):
+                    (images / f"{ident}.png").write_bytes(png_bytes(image))
+                reply = f"<think>I look at the board.</think><answer>{action}</answer>"
+                episode["turns"].append({"observation": observation, "images": ids, "response_text": reply})
+                observation, _, _, _, info = env.step(action)
+        path.write_text("".join(json.dumps(e) + "\n" for e in episodes))
+    return run

@@ -118,3 +118,22 @@ def test_comparison_renders(browser, make_run, tmp_path):
     assert page["errors"] == []
     assert len(page["images"]) == 1 and page["images"][0]["width"] > 0
     assert page["sections"] == ["sec-curves", "sec-summary"]
+
+
+def test_vision_transcripts_show_each_board_beside_its_observation(browser, tmp_path):
+    from .conftest import write_vision_run
+
+    result = build_report(write_vision_run(tmp_path / "runs", omit=("metrics", "groups")))
+    page = open_page(browser, result.html_path)
+    assert page["errors"] == [] and page["missing"] > 0  # the plots' sections are named as not shown
+    boards = browser.execute_script(
+        "return Array.from(document.querySelectorAll('.obs')).map(o => {"
+        "  const text = o.querySelector('pre').getBoundingClientRect(), img = o.querySelector('img');"
+        "  return {text: text.toJSON(), board: img.getBoundingClientRect().toJSON(),"
+        "          width: img.naturalWidth, complete: img.complete}; });"
+    )
+    assert len(boards) == 6  # 2 episodes x 3 turns
+    for entry in boards:
+        text, board = entry["text"], entry["board"]
+        assert entry["complete"] and entry["width"] == 6 * 28  # a 6 x 6 room at the default cell size
+        assert board["left"] >= text["right"] and board["top"] < text["bottom"]  # beside the text, same row

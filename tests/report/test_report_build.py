@@ -6,7 +6,7 @@ import re
 import pytest
 
 from mirl.report import build as build_module
-from mirl.report import build_comparison, build_report, html, overview, rundir, transcripts
+from mirl.report import build_comparison, build_report, html, images, overview, rundir, transcripts
 
 DETAILS = [
     "sec-training",
@@ -185,7 +185,7 @@ def test_compare_makes_duplicate_names_unique(tmp_path):
     assert unique_labels(runs, None) == [tmp_path.name, f"{tmp_path.name}#2", f"{tmp_path.name}#3"]
 
 
-@pytest.mark.parametrize("module", [build_module, html, overview, rundir, transcripts])
+@pytest.mark.parametrize("module", [build_module, html, images, overview, rundir, transcripts])
 def test_doctests(module):
     failures, _ = doctest.testmod(module)
     assert failures == 0

@@ -1,6 +1,5 @@
 """Shared fixtures for the rollout tests."""
 
-
 import pytest
 
 from mirl.envs.registry import _REGISTRY

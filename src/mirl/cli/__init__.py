@@ -17,7 +17,7 @@ import sys
 
 import mirl
 
-COMMAND_MODULES = ("envs", "train", "diagnose", "report", "sweep", "verl")
+COMMAND_MODULES = ("envs", "train", "diagnose", "report", "sweep", "verl", "serve")
 USAGE_ERROR = 2
 
 

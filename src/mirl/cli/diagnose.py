@@ -100,6 +100,16 @@ def run_diagnose(args: argparse.Namespace) -> int:
     return 0
 
 
+def _image_loader(path, policy):
+    """A vision policy reads the images of a rollout file from ``images/`` beside it (``mirl.rollout.io``)."""
+    from pathlib import Path
+
+    from mirl.rollout.io import IMAGES_DIR, image_loader
+
+    process = getattr(policy, "process", None)
+    return image_loader(Path(path).parent / IMAGES_DIR, process) if process is not None else None
+
+
 def load_policy(model: str, *, device: str, dtype: str, max_batch_tokens: int):
     """The scorer, in eval mode: a model name, or a run / checkpoint directory (``mirl.cli.models``)."""
     from mirl.cli.models import load_named_policy
@@ -114,7 +124,7 @@ def diagnose_records(
     from mirl.cli.progress import work_bar
     from mirl.diagnostics.offline import diagnose, episodes_from_records, summary_rows
 
-    episodes = episodes_from_records(fmt, records, policy.tokenizer, path=path)
+    episodes = episodes_from_records(fmt, records, policy.tokenizer, path=path, load_image=_image_loader(path, policy))
     plan = f"scoring {{total:,}} tokens ({mode} mode; {len(episodes)} episodes, up to {num_pairs} pairs per scope)"
     with work_bar("scoring", "tokens", plan) as progress:
         metrics = diagnose(

@@ -10,6 +10,13 @@ action that starts with a line opening a code fence (```) runs on to the line th
 pasted as one answer (``mirl play deepcoder``, which then shows the verdict of every test).
 Options are ``key=value`` words: ``true``/``false`` become bools, ``none`` None, numbers int or float, and a
 comma-separated value a tuple (``num_numbers=3,4``).
+
+An env that shows images (``mirl play sokoban render=image``, or ``render=both`` for the text board as well) has
+each observation's images written as PNGs, ``step_000.png`` for the reset, ``step_001.png`` after the first
+action, and so on (``step_001_2.png`` for a second image of one observation), into ``--image-dir`` (default
+``mirl-play/<env>-seed<seed>/`` under the current directory); the observation is printed with each image
+placeholder replaced by ``[image: <path>]``. A directory on that path that is a symbolic link is refused, and a
+link planted at a PNG's name is replaced, never written through (:mod:`mirl.safeio`).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from pathlib import Path
 from typing import Any
 
 QUIT = "quit"
@@ -31,6 +39,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     play = subparsers.add_parser("play", help="play an environment in the terminal (actions from stdin)")
     play.add_argument("env", metavar="ENV", help="a registered environment name (see `mirl envs`)")
     play.add_argument("--seed", type=int, default=0, help="instance seed (default 0)")
+    play.add_argument(
+        "--image-dir", default=None, metavar="DIR", help="where an env's images go (default mirl-play/ENV-seedN/)"
+    )
     # REMAINDER, not "*": argparse (< 3.12) would bind an empty list before a --seed that follows ENV
     play.add_argument(
         "options", nargs=argparse.REMAINDER, metavar="KEY=VALUE", help="environment options, e.g. view=coordinates"
@@ -59,23 +70,33 @@ def coerce(text: str) -> Any:
     return text
 
 
+def take_flag(words: list[str], flag: str) -> tuple[str | None, list[str]]:
+    """Take the last ``FLAG VALUE`` / ``FLAG=VALUE`` out of the option words that follow ENV.
+
+    >>> take_flag(["size=5", "--image-dir", "boards"], "--image-dir")
+    ('boards', ['size=5'])
+    """
+    value, rest, words = None, [], list(words)
+    while words:
+        word = words.pop(0)
+        if word == flag or word.startswith(f"{flag}="):
+            value = word.partition("=")[2] if "=" in word else (words.pop(0) if words else "")
+        else:
+            rest.append(word)
+    return value, rest
+
+
 def split_seed(words: list[str], seed: int) -> tuple[int, list[str]]:
     """Take a ``--seed N`` / ``--seed=N`` that follows ENV out of the option words.
 
     >>> split_seed(["size=5", "--seed", "3"], 0)
     (3, ['size=5'])
     """
-    rest: list[str] = []
-    words = list(words)
-    while words:
-        word = words.pop(0)
-        if word == "--seed" or word.startswith("--seed="):
-            value = word.partition("=")[2] if "=" in word else (words.pop(0) if words else "")
-            if not value.lstrip("-").isdigit():
-                raise ValueError(f"--seed expects an integer, got {value!r}; e.g. --seed 3")
-            seed = int(value)
-        else:
-            rest.append(word)
+    value, rest = take_flag(words, "--seed")
+    if value is not None:
+        if not value.lstrip("-").isdigit():
+            raise ValueError(f"--seed expects an integer, got {value!r}; e.g. --seed 3")
+        seed = int(value)
     if not 0 <= seed < 2**63:  # the env seeds numpy's generator, which takes no negative seed
         raise ValueError(f"--seed must be an integer in [0, 2**63), got {seed}; e.g. --seed 3")
     return seed, rest
@@ -167,6 +188,41 @@ def _example(env: Any) -> str:
     return env.action_words[0] if env.action_words else "an answer"
 
 
+class ImageFiles:
+    """Writes the images of each observation ``mirl play`` shows as PNGs (module docstring); makes its directory
+    only when the first image comes, so a text env leaves nothing behind."""
+
+    def __init__(self, directory: Path, default_root: Path | None = None) -> None:
+        self.directory, self.default_root, self.step = directory, default_root, 0
+
+    def show(self, observation: str, info: dict[str, Any]) -> str:
+        """``observation`` with each image placeholder replaced by ``[image: <path of the PNG written>]``."""
+        from mirl.envs.images import IMAGE_PLACEHOLDER, observation_images, png_bytes
+        from mirl.safeio import atomic_write_bytes, ensure_dir
+
+        images, shown = observation_images(observation, info), observation
+        if images and self.default_root is not None:
+            ensure_dir(self.default_root)  # refuses a planted link at mirl-play/ as well as at its subdirectory
+        for number, image in enumerate(images, start=1):
+            suffix = f"_{number}" if number > 1 else ""
+            path = ensure_dir(self.directory) / f"step_{self.step:03d}{suffix}.png"
+            atomic_write_bytes(path, png_bytes(image))
+            shown = shown.replace(IMAGE_PLACEHOLDER, f"[image: {path}]", 1)
+        self.step += 1
+        return shown
+
+
+def _image_files(args: argparse.Namespace, words: list[str], env_name: str, seed: int) -> tuple[ImageFiles, list]:
+    chosen, rest = take_flag(words, "--image-dir")
+    chosen = chosen if chosen is not None else args.image_dir
+    if chosen is not None:
+        if not chosen.strip():
+            raise ValueError("--image-dir expects a directory, got ''; e.g. --image-dir boards")
+        return ImageFiles(Path(chosen)), rest
+    root = Path("mirl-play")
+    return ImageFiles(root / f"{env_name}-seed{seed}", default_root=root), rest
+
+
 def run_play(args: argparse.Namespace) -> int:
     from mirl.envs import make
 
@@ -174,9 +230,10 @@ def run_play(args: argparse.Namespace) -> int:
         args.debug = True
     options = [word for word in args.options if word != "--debug"]
     seed, words = split_seed(options, args.seed)  # a ValueError is a user error (mirl.cli.main)
+    files, words = _image_files(args, words, args.env, seed)
     env = make(args.env, **parse_options(words))
-    observation, _ = env.reset(seed=seed)
-    print(f"== {env.name} (seed {seed}) ==\n{_header(env)}\n\n{observation}", flush=True)
+    observation, info = env.reset(seed=seed)
+    print(f"== {env.name} (seed {seed}) ==\n{_header(env)}\n\n{files.show(observation, info)}", flush=True)
     total, used, done = 0.0, 0, False
     while not done:
         if sys.stdin.isatty():
@@ -192,7 +249,7 @@ def run_play(args: argparse.Namespace) -> int:
             total, used = total + reward, used + 1
             note = "" if info["action_valid"] else "  (invalid action: nothing happened)"
             print(f"\nreward: {reward:g}  return: {total:g}  actions: {used}/{env.default_action_budget}{note}")
-            print(observation, flush=True)
+            print(files.show(observation, info), flush=True)
             done = terminated or truncated or used >= env.default_action_budget
             if done:
                 break

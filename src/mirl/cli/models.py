@@ -18,8 +18,14 @@ def load_named_policy(name: str, *, device: str = "auto", dtype: str = "auto", m
     found = find_run_weights(name)
     if found is None:
         from mirl.policy import HFPolicy
+        from mirl.policy.sources import model_modality
 
-        return HFPolicy.load(name, device=device, dtype=dtype, max_batch_tokens=max_batch_tokens).eval()
+        policy_class = HFPolicy
+        if model_modality(name) == "vision":
+            from mirl.policy.hf_vision import VisionPolicy
+
+            policy_class = VisionPolicy
+        return policy_class.load(name, device=device, dtype=dtype, max_batch_tokens=max_batch_tokens).eval()
     from mirl.config import load_config
 
     overrides = [f"model.device={device}", f"model.dtype={dtype}", f"diagnostics.max_batch_tokens={max_batch_tokens}"]

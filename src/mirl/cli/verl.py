@@ -33,7 +33,7 @@ def register(subparsers) -> None:
         description="Compose FILE with veRL's ppo_trainer and the overrides, run veRL's validate_config and mirl's "
         "checks (the sampler's filter, the local model's config.json), print notes on what cannot be checked here "
         "(a hub-id model, relative data paths with several nodes), and print the resolved YAML. Needs veRL "
-        "(pip install \"mirl[verl]\").",
+        '(pip install "mirl[verl]").',
     )
     config.add_argument("file", metavar="FILE", help="a setting such as configs/verl/sokoban-grpo-topp09.yaml")
     config.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="veRL/Hydra overrides")
@@ -53,8 +53,9 @@ def run_data(args: argparse.Namespace) -> int:
         for flag, count in (("--train", args.train), ("--val", args.val)):
             if count > MAX_ROWS:  # every row is built in memory before the file is written
                 raise ValueError(f"{flag} must be at most {MAX_ROWS:,} instances, got {count:,}")
-        paths = write_dataset(args.env, args.out_dir, train=args.train, val=args.val, options=options,
-                              run_seed=args.seed)
+        paths = write_dataset(
+            args.env, args.out_dir, train=args.train, val=args.val, options=options, run_seed=args.seed
+        )
     except (ValueError, ImportError) as error:  # json.JSONDecodeError is a ValueError
         print(f"mirl verl-data: {error}", file=sys.stderr)
         return 2

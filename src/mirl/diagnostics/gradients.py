@@ -185,6 +185,7 @@ def _component_norm(policy, params, bucket: _Bucket, preset, component: str, pas
             with_entropy=component == "entropy",
             temperature=temperature,
             needed=batch.response_mask[rows, :length],
+            **batch.image_args(rows),
         )
         mask = batch.response_mask[rows, :length].to(logp.device)
         device = logp.device

@@ -46,25 +46,26 @@ def read_rollouts(path: str | os.PathLike, tokenizer) -> list[Episode]:
     return episodes_from_records(*load_records(path), tokenizer, path=path)
 
 
-def episodes_from_records(fmt: str, records: Sequence[dict], tokenizer, path=None) -> list[Episode]:
+def episodes_from_records(fmt: str, records: Sequence[dict], tokenizer, path=None, load_image=None) -> list[Episode]:
     """Checked records (``load_records``) -> episodes: ``fmt`` is ``"mirl"`` or ``"chat"``. mirl records must
-    hold only ids the tokenizer has (``check_token_ids``; ``path`` words the error with the line number)."""
+    hold only ids the tokenizer has (``check_token_ids``; ``path`` words the error with the line number).
+    ``load_image(id)`` gives the turns of a vision run their images back (``mirl.rollout.io.image_loader``)."""
     if fmt == "chat":
         return read_chat_records(records, tokenizer)
     if fmt == "mirl":
         check_token_ids(records, len(tokenizer), path)
-        return _mirl_episodes(records)
+        return _mirl_episodes(records, load_image)
     raise ValueError(f"fmt must be 'mirl' or 'chat', got {fmt!r}")
 
 
-def _mirl_episodes(records: Sequence[dict]) -> list[Episode]:
+def _mirl_episodes(records: Sequence[dict], load_image=None) -> list[Episode]:
     """mirl episodes, with groups renumbered by (iteration, group) so iterations sharing a file never merge."""
     from mirl.rollout.io import episode_from_record
 
     group_of: dict[tuple, int] = {}
     episodes = []
     for record in records:
-        episode = episode_from_record(record)
+        episode = episode_from_record(record, load_image)
         group = group_of.setdefault((record.get("iteration"), episode.group), len(group_of))
         episodes.append(dataclasses.replace(episode, group=group))
     return episodes

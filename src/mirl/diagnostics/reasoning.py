@@ -32,9 +32,7 @@ def with_reasoning(episodes: Sequence[Episode], reasoning: str, tokenizer) -> li
         turns = tuple(
             turn
             if turn.reasoning_span is not None
-            else dataclasses.replace(
-                turn, reasoning_span=reasoning_span(tokenizer, turn.response_ids, open_ended=True)
-            )
+            else dataclasses.replace(turn, reasoning_span=reasoning_span(tokenizer, turn.response_ids, open_ended=True))
             for turn in episode.turns
         )
         out.append(dataclasses.replace(episode, turns=turns))

@@ -113,6 +113,26 @@ def is_scheduled(iteration: int, every: int) -> bool:
     return every > 0 and (iteration == 1 or iteration % every == 0)
 
 
+def with_image_keys(policy, episodes: Sequence[Episode]) -> Sequence[Episode]:
+    """A vision policy's episodes with each context's image placeholders replaced by the image's handle
+    (:meth:`VisionPolicy.keyed <mirl.policy.hf_vision.VisionPolicy.keyed>`), so that X_j carries its images into
+    ``policy.score`` and prompts with equal tokens but different images are different columns. Text episodes (or
+    a policy without images) come back as they are."""
+    keyed = getattr(policy, "keyed", None)
+    if keyed is None or not any(turn.images for episode in episodes for turn in episode.turns):
+        return episodes
+    return [
+        dataclasses.replace(
+            episode,
+            turns=tuple(
+                dataclasses.replace(turn, context_ids=keyed(turn.context_ids, turn.images)) if turn.images else turn
+                for turn in episode.turns
+            ),
+        )
+        for episode in episodes
+    ]
+
+
 def run_diagnostics(
     policy,
     episodes: Sequence[Episode],
@@ -142,6 +162,7 @@ def run_diagnostics(
     """
     thresholds = RegimeThresholds(entropy=config.regime_entropy_threshold, mi_fraction=config.regime_mi_fraction)
     out: dict[str, float | str] = {}
+    episodes = with_image_keys(policy, episodes)
     if config.reasoning != "closed":  # (the recorded spans are the closed ones)
         episodes = with_reasoning(episodes, config.reasoning, policy.tokenizer)
     pair_sets = sample_scopes(

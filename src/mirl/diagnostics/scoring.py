@@ -172,6 +172,8 @@ def _naive_sums(
     """(C,) float64 sums, every cell encoded from scratch in left-padded micro-batches."""
     if not (isinstance(max_batch_tokens, int) and max_batch_tokens >= 1):
         raise ValueError(f"max_batch_tokens must be an int >= 1, got {max_batch_tokens!r}")
+    if any(t < 0 for prefix in prefixes for t in prefix):
+        raise ValueError("naive mode re-encodes token ids only; prompts with images are scored in shared mode")
     model = policy.model
     device = next(model.parameters()).device
     sequences = [list(p) + list(c) for p, c in zip(prefixes, continuations, strict=True)]

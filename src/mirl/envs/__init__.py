@@ -2,7 +2,9 @@
 
 The environments live with their family: ``grid/`` (``sokoban``, ``frozenlake``), ``toy/`` (``bandit``), ``math/``
 (``countdown``, ``metamath``), ``code/`` (``deepcoder`` and the sandbox that runs its programs), ``search/``
-(``searchqa`` and its retrievers) and ``shop/`` (``webshop``). The contract, the registry, the checker and the
+(``searchqa`` and its retrievers), ``shop/`` (``webshop``), ``puzzles/`` (``sudoku``, ``game2048``,
+``rubiks2x2`` and their exact solvers) and ``remote/`` (``openenv``, the client of envs served over OpenEnv, and the
+server behind ``mirl serve-env``). The contract, the registry, the checker and the
 helpers several families share (data sources, text commands) sit here. Importing this package registers every
 built-in environment.
 
@@ -24,7 +26,9 @@ from mirl.envs.checker import ContractError, check_env
 from mirl.envs.code import deepcoder  # noqa: F401  (registration side effect)
 from mirl.envs.grid import frozenlake, sokoban  # noqa: F401
 from mirl.envs.math import countdown, metamath  # noqa: F401
+from mirl.envs.puzzles import game2048, rubiks, sudoku  # noqa: F401
 from mirl.envs.registry import env_options, make, register, registry
+from mirl.envs.remote import openenv  # noqa: F401  (the client of remote envs)
 from mirl.envs.search import searchqa  # noqa: F401
 from mirl.envs.shop import webshop  # noqa: F401
 from mirl.envs.toy import bandit  # noqa: F401

@@ -14,6 +14,13 @@ An environment is a Gymnasium environment whose observations and actions are str
 identical states, which step-level credit groups turns by. An illegal action never raises: it leaves the state
 unchanged, returns reward 0 and ``action_valid=False``.
 
+Memory. ``memory_summary(steps)`` recaps the episode so far in one short paragraph; the rollout engine shows it in
+place of the conversation history when ``rollout.context_mode="memory"``. ``steps`` are the
+:class:`StepRecord` s of every ``step`` call since reset, in order (the engine steps only actions it parsed as
+legal words, so for envs with ``action_words`` every recorded action is one of them). The base summary lists the
+last actions with their rewards and the total; envs that know more (the grid worlds: pushes, slips, revisited
+states) override it. It must not change the env's state or draw from its RNG.
+
 Observation and action spaces are :class:`AnyText`: a ``gymnasium.spaces.Text`` that accepts every string up to
 its length limit (``Text`` alone accepts only alphanumerics, which no grid or question fits) and samples
 printable ASCII, so each env passes ``gymnasium.utils.env_checker.check_env``.
@@ -22,9 +29,22 @@ printable ASCII, so each env passes ``gymnasium.utils.env_checker.check_env``.
 from __future__ import annotations
 
 import string
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import gymnasium
+
+MEMORY_RECENT = 8  # actions the base memory summary lists by name
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One ``step`` call of an episode, as the memory summary sees it."""
+
+    action: str
+    reward: float
+    info: Mapping[str, Any] = field(default_factory=dict)
 
 
 class AnyText(gymnasium.spaces.Text):
@@ -89,5 +109,35 @@ class TextEnv(gymnasium.Env):
     def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
         raise NotImplementedError
 
+    def memory_summary(self, steps: Sequence[StepRecord]) -> str:
+        """One paragraph recapping the episode so far (module docstring, Memory): the last actions and rewards.
+
+        >>> env = TextEnv()
+        >>> env.memory_summary([])
+        'No actions taken yet.'
+        >>> env.memory_summary([StepRecord("Up", -0.1, {"action_valid": True, "action_effective": True}),
+        ...                     StepRecord("Up", -0.1, {"action_valid": True, "action_effective": False})])
+        '2 actions so far: Up (reward -0.1), Up (reward -0.1, no effect). Total reward so far: -0.2.'
+        """
+        if not steps:
+            return "No actions taken yet."
+        shown = [_describe_step(step) for step in steps[-MEMORY_RECENT:]]
+        earlier = f"{len(steps) - len(shown)} earlier, then " if len(steps) > len(shown) else ""
+        total = sum(step.reward for step in steps)
+        count = f"{len(steps)} action{'s' if len(steps) != 1 else ''}"
+        return f"{count} so far: {earlier}{', '.join(shown)}. Total reward so far: {total:g}."
+
     def render(self) -> str:
         raise NotImplementedError
+
+
+def _describe_step(step: StepRecord) -> str:
+    """``Up (reward -0.1)``, with ``invalid`` or ``no effect`` when the info says so; long actions are cut."""
+    action = " ".join(step.action.split())
+    action = action if len(action) <= 40 else action[:37] + "..."
+    notes = [f"reward {step.reward:g}"]
+    if step.info.get("action_valid") is False:
+        notes.append("invalid")
+    elif step.info.get("action_effective") is False:
+        notes.append("no effect")
+    return f"{action} ({', '.join(notes)})"

@@ -10,7 +10,10 @@ What is checked, in order (each failure raises :class:`ContractError` naming the
    equals the observation, and an illegal word leaves the state unchanged with reward 0 and
    ``action_valid=False`` (envs with ``action_words`` only: free-form envs judge their own text); an env whose
    reset info has ``state_key`` gives a string key in every step's info, unchanged by an illegal word;
-4. determinism: the same seed gives the same transcript twice, and ``" LEFT "`` acts exactly like ``"Left"``;
+   images (:mod:`mirl.envs.images`): every observation holds as many placeholders as its ``info["images"]``
+   holds RGB images within the size limit, and an illegal word leaves the images' pixels unchanged;
+4. determinism: the same seed gives the same transcript twice (images compared pixel by pixel), and
+   ``" LEFT "`` acts exactly like ``"Left"``;
 5. no global random state (``random``, ``numpy.random``, and ``torch`` when loaded) is read or written;
 6. Gymnasium's own ``gymnasium.utils.env_checker.check_env`` passes, warnings included.
 
@@ -30,6 +33,7 @@ import gymnasium.utils.env_checker
 import numpy as np
 
 from mirl.envs.base import TextEnv
+from mirl.envs.images import image_id, observation_images
 
 FREE_FORM_PROBES = ("42", "1 + 2", "The answer is: 3", "", "(7 - 2) * 4", "search[frozen lake]")
 JUNK_ACTION = "~ not an action ~"
@@ -95,6 +99,7 @@ def _check_reset(env: TextEnv, seed: int) -> None:
         f"{env.name}.reset must return (str, dict), got {result!r:.200}",
     )
     _require(env.render() == result[0], f"{env.name}.render() differs from the reset observation")
+    _image_ids(env, "reset", result[0], result[1])
     _require(isinstance(env.instruction, str) and env.instruction.strip() != "", f"{env.name}.instruction is empty")
     words = env.action_words
     _require(
@@ -104,7 +109,15 @@ def _check_reset(env: TextEnv, seed: int) -> None:
     )
 
 
-def _check_step(env: TextEnv, action: str, before: str, result: Any) -> None:
+def _image_ids(env: TextEnv, where: str, observation: str, info: dict) -> list[str]:
+    """The content ids of an observation's images; :class:`ContractError` when they break the image contract."""
+    try:
+        return [image_id(image) for image in observation_images(observation, info)]
+    except ValueError as error:
+        raise ContractError(f"{env.name}.{where}: {error}") from None
+
+
+def _check_step(env: TextEnv, action: str, before: tuple[str, list[str]], result: Any) -> None:
     name = env.name
     _require(isinstance(result, tuple) and len(result) == 5, f"{name}.step must return a 5-tuple, got {result!r:.200}")
     observation, reward, terminated, truncated, info = result
@@ -121,20 +134,26 @@ def _check_step(env: TextEnv, action: str, before: str, result: Any) -> None:
     for key in _INFO_KEYS:
         _require(type(info.get(key)) is bool, f"{name}.step info[{key!r}] must be a bool, got {info.get(key)!r}")
     _require(env.render() == observation, f"{name}.render() differs from the observation step returned")
+    images = _image_ids(env, "step", observation, info)
     if env.action_words is not None and env.parse_action(action) is None:
         _require(
-            observation == before and reward == 0 and not info["action_valid"] and not info["action_effective"],
+            (observation, images) == before
+            and reward == 0
+            and not info["action_valid"]
+            and not info["action_effective"],
             f"{name}: the illegal action {action!r} must leave the state unchanged with reward 0 and "
             f"action_valid=action_effective=False, got reward {reward!r}, info {info!r}",
         )
 
 
 def _check_steps(env: TextEnv, seed: int) -> None:
-    key = env.reset(seed=seed)[1].get("state_key")
+    observation, info = env.reset(seed=seed)
+    key, images = info.get("state_key"), _image_ids(env, "reset", observation, info)
     for action in probe_actions(env):
-        before = env.render()
+        before = (env.render(), images)
         result = env.step(action)
         _check_step(env, action, before, result)
+        images = _image_ids(env, "step", result[0], result[4])
         key = _check_state_key(env, action, key, result[4])
         if result[2] or result[3]:
             break

@@ -50,9 +50,7 @@ def as_group_tensor(x: object, name: str, ndims: tuple[int, ...] = (1, 2)) -> to
         shapes = " or ".join({1: "(P,) scores", 2: "(P, K) returns"}[d] for d in ndims)
         raise ValueError(f"{name} must be {shapes}, got shape {tuple(t.shape)}")
     if t.shape[0] == 0 or (t.dim() == 2 and t.shape[1] == 0):
-        raise ValueError(
-            f"{name} must hold at least one group and one return per group, got {tuple(t.shape)}"
-        )
+        raise ValueError(f"{name} must hold at least one group and one return per group, got {tuple(t.shape)}")
     bad = ~torch.isfinite(t)
     if bad.any():
         rows = bad.reshape(t.shape[0], -1).any(dim=1).nonzero().flatten().tolist()

@@ -115,8 +115,6 @@ def classify_groups(
         success = returns >= check_finite_number("success_threshold", success_threshold)  # (P, K)
         all_ok, none_ok = success.all(dim=1), ~success.any(dim=1)
     labels = []
-    for has_spread, easy, hard in zip(
-        (spread > spread_eps).tolist(), all_ok.tolist(), none_ok.tolist(), strict=True
-    ):
+    for has_spread, easy, hard in zip((spread > spread_eps).tolist(), all_ok.tolist(), none_ok.tolist(), strict=True):
         labels.append("mixed" if has_spread else "too_easy" if easy else "too_hard" if hard else "uniform")
     return labels

@@ -151,6 +151,11 @@ class HFPolicy:
         )
         return out.last_hidden_state
 
+    def _position_shift(self, ids: Sequence[int]) -> int:
+        """How far the position after ``ids`` lags ``len(ids)``: 0 for text (a vision policy's images take fewer
+        positions than tokens, :mod:`mirl.policy.vision_inputs`)."""
+        return 0
+
     def _head(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits in float32 from final hidden states (..., H) -> (..., V)."""
         logits = self.model.get_output_embeddings()(hidden).float()
@@ -196,7 +201,8 @@ class HFPolicy:
         """
         kv, start = stem if stem is not None else ([], 0)
         ids = torch.tensor([prefix[start:]], device=self.device)  # (1, Lp - start)
-        positions = torch.arange(start, len(prefix), device=self.device).unsqueeze(0)  # (1, Lp - start)
+        shift = self._position_shift(prefix[:start])
+        positions = torch.arange(start + shift, len(prefix) + shift, device=self.device).unsqueeze(0)  # (1, Lp - start)
         cache = DynamicCache(list(kv), config=self.model.config) if kv else DynamicCache(config=self.model.config)
         mask = torch.ones(1, len(prefix), dtype=torch.long, device=self.device)  # (1, Lp)
         hidden = self._backbone(ids, mask, positions, cache)  # (1, Lp - start, H)
@@ -277,15 +283,17 @@ class HFPolicy:
         stored = [self._store.take(p) if self._store is not None else None for p in distinct]
         new = [p[(0 if kv is None else kv[0][0].shape[1]) :] for p, kv in zip(distinct, stored, strict=True)]
         buckets = length_buckets([len(n) for n in new]) if self._joinable() else [list(range(len(new)))]
+        shifts = [self._position_shift(p[: len(p) - len(n)]) for p, n in zip(distinct, new, strict=True)]
         if len(buckets) == 1:
-            cache, hidden, mask = self._encode(stored, new)
+            cache, hidden, mask = self._encode(stored, new, shifts)
         else:  # encode each bucket, then join the rows' real columns into one left-padded cache
             rows_of, last = [None] * len(new), [None] * len(new)
             for bucket in buckets:
                 part_stored = [stored[u] for u in bucket]
                 for u in bucket:
                     stored[u] = None  # the bucket's list is the last reference: assemble frees rows as it copies
-                part, part_hidden, part_mask = self._encode(part_stored, [new[u] for u in bucket])
+                part_new, part_shifts = [new[u] for u in bucket], [shifts[u] for u in bucket]
+                part, part_hidden, part_mask = self._encode(part_stored, part_new, part_shifts)
                 for a, (u, kv) in enumerate(zip(bucket, rows_kv(part, range(len(bucket)), part_mask), strict=True)):
                     rows_of[u], last[u] = kv, part_hidden[a]
             cache, mask = assemble(rows_of, self.model.config, self.device)
@@ -293,7 +301,8 @@ class HFPolicy:
         self.prefill_tokens["prompt"] += sum(len(p) for p in prompts)
         self.prefill_tokens["encoded"] += sum(len(n) for n in new)
         self.prefill_tokens["padded"] += sum(len(b) * max(len(new[u]) for u in b) for b in buckets)
-        next_pos = mask.sum(-1)  # (U,) real tokens = the next position
+        full_shifts = [self._position_shift(p) for p in distinct]
+        next_pos = mask.sum(-1) + torch.tensor(full_shifts, device=self.device)  # (U,) real tokens = the next position
         if len(distinct) < len(keys):
             index = {p: u for u, p in enumerate(distinct)}
             rows = torch.tensor([index[k] for k in keys], device=self.device)  # (B,) distinct prompt of each row
@@ -301,13 +310,15 @@ class HFPolicy:
             hidden, mask, next_pos = hidden[rows], mask[rows], next_pos[rows]
         return cache, hidden, mask, next_pos
 
-    def _encode(self, stored, new):
+    def _encode(self, stored, new, shifts):
         """Encode ``new[u]`` after the stored cache ``stored[u]`` (or from scratch): cache, last hidden (U, H) and
-        mask (U, S + N) over stored + new columns, left-padded."""
+        mask (U, S + N) over stored + new columns, left-padded. ``shifts[u]``: :meth:`_position_shift` of the stored
+        part of row u."""
         cache, past = assemble(stored, self.model.config, self.device)  # U rows, past mask (U, S)
         ids, new_mask, _ = self._left_pad([list(n) for n in new])  # (U, N)
         mask = torch.cat([past, new_mask], dim=1)  # (U, S + N)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (U, S + N)
+        offsets = torch.tensor(shifts, device=self.device).unsqueeze(1)  # (U, 1)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0) + offsets  # (U, S + N)
         hidden = self._backbone(ids, mask, positions[:, past.shape[1] :], cache)[:, -1]  # (U, H)
         return cache, hidden, mask
 

@@ -53,6 +53,8 @@ def token_logprobs(
     positions = (mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, T)
     # a token counts when it and its predecessor are real: column 0 and a left-padded row's first token do not
     counted = mask & F.pad(mask[:, :-1], (1, 0), value=False)  # (B, T)
+    # a vision policy's keyed ids hold an image's handle (< 0) on its placeholders: features, not predicted tokens
+    counted = counted & (input_ids >= 0)
     if needed is not None:
         counted = counted & needed.to(policy.device).bool()
     with checkpointed_layers(policy.model, policy.activation_checkpointing and torch.is_grad_enabled()):
@@ -60,7 +62,7 @@ def token_logprobs(
     logp, entropy = logprobs_from_hidden(
         policy,
         hidden[:, :-1],
-        input_ids[:, 1:],
+        input_ids[:, 1:].clamp(min=0),
         where=counted[:, 1:],
         with_entropy=with_entropy,
         chunk=chunk,

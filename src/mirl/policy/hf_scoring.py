@@ -45,8 +45,10 @@ def score_cells(
             batches = pack([len(c) for c in conts], capacity)
         else:
             batches = _micro_batches(list(range(len(conts))), conts, len(prefix), policy.max_batch_tokens)
+        shift = policy._position_shift(prefix)
         for batch in batches:
-            for j, logp in zip(batch, score_batch(policy, kv, last_hidden, [conts[j] for j in batch]), strict=True):
+            scored = score_batch(policy, kv, last_hidden, [conts[j] for j in batch], shift)
+            for j, logp in zip(batch, scored, strict=True):
                 for i in copies[conts[j]]:
                     results[i] = logp
     return results
@@ -108,7 +110,7 @@ def _micro_batches(rows: list[int], continuations, prefix_len: int, max_batch_to
         yield batch
 
 
-def _score_batch(policy, kv, last_hidden, conts) -> list[torch.Tensor]:
+def _score_batch(policy, kv, last_hidden, conts, shift: int = 0) -> list[torch.Tensor]:
     rows, longest, prefix_len = len(conts), max(len(c) for c in conts), kv[0][0].shape[-2]
     ids = torch.full((rows, longest), policy.pad_token_id, device=policy.device)  # (n, Lc) right-padded
     cont_mask = torch.zeros(rows, longest, dtype=torch.long, device=policy.device)  # (n, Lc)
@@ -116,7 +118,7 @@ def _score_batch(policy, kv, last_hidden, conts) -> list[torch.Tensor]:
         ids[r, : len(cont)] = torch.tensor(cont, device=policy.device)
         cont_mask[r, : len(cont)] = 1
     mask = torch.cat([torch.ones(rows, prefix_len, dtype=torch.long, device=policy.device), cont_mask], 1)
-    positions = (prefix_len + torch.arange(longest, device=policy.device)).expand(rows, -1)  # (n, Lc)
+    positions = (prefix_len + shift + torch.arange(longest, device=policy.device)).expand(rows, -1)  # (n, Lc)
     cache = DynamicCache(
         [(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1)) for k, v in kv],
         config=policy.model.config,
@@ -127,9 +129,10 @@ def _score_batch(policy, kv, last_hidden, conts) -> list[torch.Tensor]:
     return [logp[r, : len(cont)].float().cpu() for r, cont in enumerate(conts)]
 
 
-def _score_packed(policy, kv, last_hidden, conts) -> list[torch.Tensor]:
+def _score_packed(policy, kv, last_hidden, conts, shift: int = 0) -> list[torch.Tensor]:
     prefix_len = kv[0][0].shape[-2]
     ids, positions, mask, predictor = packed_inputs(conts, prefix_len, policy.dtype, policy.device)  # (1, S) ...
+    positions = positions + shift
     cache = DynamicCache([(k, v) for k, v in kv], config=policy.model.config)
     hidden = policy._backbone(ids, mask, positions, cache)  # (1, S, H)
     predictors = torch.cat([last_hidden, hidden], dim=1)[:, predictor]  # (1, S, H)

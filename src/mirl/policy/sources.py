@@ -285,3 +285,69 @@ def load_model_and_tokenizer(
             "use a model saved as safetensors (or tensors only)"
         ) from None
     return model.to(torch_device).eval(), tokenizer
+
+
+MODALITIES = ("auto", "text", "vision")
+
+
+def model_modality(name: str, modality: str = "auto", cache_dir: str | os.PathLike | None = None) -> str:
+    """``"text"`` or ``"vision"`` for ``model.modality``: ``"auto"`` is vision when the model's config is one
+    transformers maps to an image-text-to-text model (Qwen2-VL, Qwen2.5-VL, ...), text otherwise (and for GGUF
+    files and the built-in text default)."""
+    if modality not in MODALITIES:
+        raise ValueError(f"model.modality must be one of {MODALITIES}, got {modality!r}")
+    if modality != "auto":
+        return modality
+    path, kwargs = resolve_model(name, cache_dir)
+    if "gguf_file" in kwargs:
+        return "text"
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING
+
+    config = AutoConfig.from_pretrained(path, **kwargs)
+    return "vision" if type(config) in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING else "text"
+
+
+def load_vision_model_and_processor(
+    name: str,
+    *,
+    dtype: str | torch.dtype = "auto",
+    device: str | torch.device = "auto",
+    cache_dir: str | os.PathLike | None = None,
+):
+    """``(model, processor)`` of an image-text-to-text model (``AutoModelForImageTextToText`` + ``AutoProcessor``)
+    on ``device`` in ``dtype``, eval mode.
+
+    Where ``AutoProcessor`` cannot be built (Qwen2-VL-family processors insist on a video processor, which needs
+    torchvision), the processor is assembled from the model's image processor and tokenizer
+    (:func:`mirl.policy.vision_inputs.image_text_processor`): images never use the video processor.
+    """
+    from transformers import AutoModelForImageTextToText
+
+    torch_device = resolve_device(device)
+    path, kwargs = resolve_model(name, cache_dir)
+    processor = _vision_processor(path, kwargs)
+    try:  # transformers reads a pickled .bin with weights_only=True: tensors only, never code
+        model = AutoModelForImageTextToText.from_pretrained(path, dtype=resolve_dtype(dtype, torch_device), **kwargs)
+    except pickle.UnpicklingError as error:
+        if "weights only" not in str(error).lower():
+            raise
+        from mirl.safeio import RunDirError
+
+        raise RunDirError(f"refusing to load the weights of {path}: they hold a pickled Python object") from None
+    return model.to(torch_device).eval(), processor
+
+
+def _vision_processor(path: str, kwargs: dict):
+    from transformers import AutoConfig, AutoImageProcessor, AutoProcessor, AutoTokenizer
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING
+
+    from mirl.policy.vision_inputs import image_text_processor
+
+    try:
+        return AutoProcessor.from_pretrained(path, **kwargs)
+    except (ImportError, ValueError, AttributeError, TypeError, OSError):
+        pass
+    processor_class = PROCESSOR_MAPPING[type(AutoConfig.from_pretrained(path, **kwargs))]
+    image_processor = AutoImageProcessor.from_pretrained(path, backend="pil", **kwargs)
+    return image_text_processor(processor_class, image_processor, AutoTokenizer.from_pretrained(path, **kwargs))

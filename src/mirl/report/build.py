@@ -7,7 +7,9 @@ regime plane, kept share). Below come the detailed sections, one per question a 
 learn, did its reasoning stay input-dependent while entropy looked fine, did the filter have signal, where the
 gradient came from, how the replies changed. A section with nothing to show is left out and named, with the
 reason, under "Not shown"; the run and config tables follow, and the raw metrics table comes last, collapsed.
-The formulas the page cites are in docs/metrics.md.
+The formulas the page cites are in docs/metrics.md. The subtitle names the run's modality: ``vision`` when the
+config's ``model.modality`` is vision or a saved turn lists images (then the transcripts show each turn's boards
+beside its text, read by :mod:`mirl.report.images`), else ``text``.
 
 PNGs go to ``<html stem>/`` beside the HTML (``RUN_DIR/report/`` for the default ``RUN_DIR/report.html``).
 """
@@ -25,6 +27,7 @@ from matplotlib.figure import Figure
 from mirl.diagnostics.regimes import READINGS
 from mirl.report import plots, plots_batch
 from mirl.report.html import Image, Section, esc, render_page, table
+from mirl.report.images import RunImages, carries_images, modality
 from mirl.report.overview import banner, overview_section, raw_metrics_section
 from mirl.report.plots_key import key_figure
 from mirl.report.rundir import RunData, read_episodes, read_run
@@ -45,7 +48,7 @@ INTROS = {
     "rewards": "Episode returns per prompt group (rows) and sample (columns); kept groups outlined in red.",
     "gradients": "Gradient norm of each loss component per reward-spread bucket (docs/metrics.md).",
     "reasoning": "Reasoning length shrinks as collapse sets in; format validity tends to stay high regardless.",
-    "transcripts": "Sampled saved episodes; model text is shown verbatim (escaped).",
+    "transcripts": "Sampled saved episodes; model text is shown verbatim (escaped), rendered boards beside it.",
 }
 
 
@@ -128,18 +131,23 @@ def _rewards_section(run: RunData, requested: Sequence[int] | None) -> Section:
     return Section("sec-rewards", title, INTROS["rewards"], images, tuple(notes + more))
 
 
-def _transcripts_section(run: RunData, requested: Sequence[int] | None, per_iteration: int) -> Section:
+def _transcripts_section(
+    run: RunData, requested: Sequence[int] | None, per_iteration: int, images: RunImages
+) -> Section:
     title = "Transcripts"
     if not run.rollout_files:
         return Section("sec-transcripts", title, INTROS["transcripts"], missing=("no saved rollouts (rollouts/)",))
     chosen, notes = choose_iterations(list(run.rollout_files), requested)
     body = []
     for iteration in chosen:
-        episodes = pick_episodes(read_episodes(run.rollout_files[iteration]), per_iteration)
+        read = read_episodes(run.rollout_files[iteration])
+        images.seen |= carries_images(read)
+        episodes = pick_episodes(read, per_iteration)
         if not episodes:
             notes.append(f"rollouts for iteration {iteration} hold no readable episode")
             continue
-        body.append(f"<h3>Iteration {iteration}</h3>" + "".join(episode_html(e) for e in episodes))
+        body.append(f"<h3>Iteration {iteration}</h3>" + "".join(episode_html(e, images) for e in episodes))
+    notes += list(dict.fromkeys(images.notes))
     return Section("sec-transcripts", title, INTROS["transcripts"], missing=tuple(notes), body="\n".join(body))
 
 
@@ -168,7 +176,9 @@ def key_section(run: RunData) -> Section:
     return Section("sec-key", "Key plots", "", images, tuple(notes))
 
 
-def detail_sections(run: RunData, iterations: Sequence[int] | None, family: str, episodes: int) -> list[Section]:
+def detail_sections(
+    run: RunData, iterations: Sequence[int] | None, family: str, episodes: int, images: RunImages
+) -> list[Section]:
     metrics = run.metrics
     return [
         _figure_section(run, "training", "Training and validation", lambda: plots.training_figure(metrics)),
@@ -180,7 +190,7 @@ def detail_sections(run: RunData, iterations: Sequence[int] | None, family: str,
         _rewards_section(run, iterations),
         _figure_section(run, "gradients", "Gradient norms", lambda: plots_batch.gradient_figure(metrics)),
         _figure_section(run, "reasoning", "Reasoning length and validity", lambda: plots.reasoning_figure(metrics)),
-        _transcripts_section(run, iterations, episodes),
+        _transcripts_section(run, iterations, episodes, images),
     ]
 
 
@@ -194,10 +204,17 @@ def not_shown_section(omitted: Sequence[Section]) -> Section | None:
 
 
 def report_sections(
-    run: RunData, iterations: Sequence[int] | None = None, family: str = "est", episodes: int = 2
+    run: RunData,
+    iterations: Sequence[int] | None = None,
+    family: str = "est",
+    episodes: int = 2,
+    images: RunImages | None = None,
 ) -> list[Section]:
-    """Every section of a single-run report, in page order (module docstring); empty ones are left out."""
-    details = detail_sections(run, iterations, family, episodes)
+    """Every section of a single-run report, in page order (module docstring); empty ones are left out.
+
+    ``images`` reads the transcripts' boards (default: from ``run``'s directory) and records whether any turn
+    carried images."""
+    details = detail_sections(run, iterations, family, episodes, images or RunImages(run.path))
     shown = [section for section in details if section.images or section.body]
     omitted = [section for section in details if not (section.images or section.body)]
     key = key_section(run)
@@ -248,8 +265,9 @@ def build_report(
     start = time.perf_counter()
     run = read_run(run_dir)
     target = Path(out) if out is not None else ensure_dir(Path(run_dir)) / "report.html"  # refuses a linked run dir
-    sections = report_sections(run, iterations, family, episodes)
-    subtitle = f"mirl run report · {run.path}"
+    images = RunImages(run.path)
+    sections = report_sections(run, iterations, family, episodes, images)
+    subtitle = f"mirl run report · modality: {modality(run.config_value('model.modality'), images.seen)} · {run.path}"
     page = render_page(f"Run {run.name}", subtitle, sections, banner(run))
     pngs = write_page(target, page, sections)
     return ReportResult(target, pngs, missing_notes(sections), time.perf_counter() - start)

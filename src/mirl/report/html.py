@@ -29,6 +29,8 @@ figcaption { font-size: 0.85rem; color: #555; }
 .episode h4 { margin: 0.2rem 0 0.5rem; } .turn { border-top: 1px dashed #ccc; padding: 0.4rem 0; }
 pre { white-space: pre-wrap; word-break: break-word; background: #f7f7f9; padding: 0.4rem 0.6rem;
       margin: 0.3rem 0; font-size: 0.82rem; }
+.obs { display: flex; flex-wrap: wrap; gap: 0.6rem; align-items: flex-start; } .obs pre { flex: 1 1 18rem; }
+.boards img { image-rendering: pixelated; border: 1px solid #ccc; margin: 0.3rem 0.3rem 0 0; }
 .think { background: #eef6ff; border-left: 3px solid #3b7ddd; }
 .answer { background: #eafbea; border-left: 3px solid #2e9e44; font-weight: 600; }
 .label { font-size: 0.78rem; color: #666; text-transform: uppercase; letter-spacing: 0.04em; }

@@ -1,7 +1,8 @@
 """Saved episodes rendered as readable transcripts, reasoning and actions highlighted.
 
 Only the text fields of an episode are used (``observation``, ``response_text``, ``actions``, ``reward``,
-validity flags); token ids are ignored. Model text is untrusted: every fragment is HTML-escaped *after* the
+validity flags), and a turn's stored images (``images``: ids read through :class:`mirl.report.images.RunImages`),
+drawn beside its observation; token ids are ignored. Model text is untrusted: every fragment is HTML-escaped *after* the
 ``<think>`` / ``<answer>`` tags have been located in the raw text, so a reply holding ``<script>`` or a broken
 tag shows up as literal text. Long fields are cut at ``MAX_CHARS`` with a note saying how much was cut.
 """
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mirl.report.html import esc
+from mirl.report.images import RunImages
 
 MAX_CHARS = 3000
 TAGGED = re.compile(r"<(think|answer)>(.*?)(?:</\1>|\Z)", re.DOTALL)
@@ -57,7 +59,7 @@ def _flag(value: Any, name: str) -> str:
     return f'<span class="{"ok" if value else "bad"}">{esc(name)}: {"yes" if value else "no"}</span>'
 
 
-def turn_html(index: int, turn: dict[str, Any]) -> str:
+def turn_html(index: int, turn: dict[str, Any], images: RunImages | None = None) -> str:
     actions = turn.get("actions") or []
     action_text = " || ".join(str(a) for a in actions) if isinstance(actions, list) else str(actions)
     facts = [
@@ -66,17 +68,20 @@ def turn_html(index: int, turn: dict[str, Any]) -> str:
         _flag(turn.get("actions_valid"), "actions valid"),
         f"finish: {esc(turn.get('finish_reason', '?'))}",
     ]
-    observation = str(turn.get("observation") or "")
+    observation = f"<pre>{esc(clip(str(turn.get('observation') or '')))}</pre>"
+    boards = images.turn_html(turn) if images is not None else ""
+    if boards:
+        observation = f'<div class="obs">{observation}{boards}</div>'
     return (
         f'<div class="turn"><strong>turn {index + 1}</strong> · {" · ".join(f for f in facts if f)}'
-        f'<div class="label">observation</div><pre>{esc(clip(observation))}</pre>'
+        f'<div class="label">observation</div>{observation}'
         f"{response_html(str(turn.get('response_text') or ''))}"
         f'<div class="label">parsed actions</div><pre class="answer">{esc(action_text or "(none)")}</pre></div>'
     )
 
 
-def episode_html(episode: dict[str, Any]) -> str:
-    """One episode: a heading with its identity and outcome, then every turn."""
+def episode_html(episode: dict[str, Any], images: RunImages | None = None) -> str:
+    """One episode: a heading with its identity and outcome, then every turn (with its boards, given ``images``)."""
     success = episode.get("success")
     outcome = '<span class="ok">success</span>' if success else '<span class="bad">failure</span>'
     heading = (
@@ -85,7 +90,7 @@ def episode_html(episode: dict[str, Any]) -> str:
         f" · ended: {esc(episode.get('end_reason', '?'))}"
     )
     turns = episode.get("turns") if isinstance(episode.get("turns"), list) else []
-    body = "".join(turn_html(i, t) for i, t in enumerate(turns) if isinstance(t, dict))
+    body = "".join(turn_html(i, t, images) for i, t in enumerate(turns) if isinstance(t, dict))
     return f'<div class="episode"><h4>{heading}</h4>{body or "<p>(no turns saved)</p>"}</div>'
 
 

@@ -14,6 +14,10 @@ own reward (``Turn.reward``) on that turn's last sampled token, and 0 elsewhere,
 episode's rows sum to its return (the per-turn credit of ``docs/credit.md`` reads them). Rows are right-padded with
 ``pad_id``; ``attention_mask`` is False on padding. Turns with no sampled token add no per-turn row, and an
 episode with no sampled token at all adds no row.
+
+Images. A row of a vision-language policy's episode carries the :class:`~mirl.types.ContextImage` records of the
+turn whose context it holds (``RolloutBatch.images``): the kept pixel values and placeholder positions the
+sampler saw, so the update's log-probs are computed on the same input.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ class _Row:
     episode: int
     group: int
     episode_return: float
+    images: tuple = ()  # ContextImage records of the row's images (those of the turn whose context it holds)
 
 
 def contexts_nest(episode: Episode) -> bool:
@@ -52,9 +57,16 @@ def _rows(episode: Episode, index: int, per_turn: bool) -> list[_Row]:
     if not per_turn and contexts_nest(episode):
         last = episode.turns[-1]
         spans = tuple((len(turn.context_ids), turn, i) for i, turn in turns)
-        return [_Row(last.context_ids + last.response_ids, spans, index, episode.group, ret)]
+        return [_Row(last.context_ids + last.response_ids, spans, index, episode.group, ret, last.images)]
     return [
-        _Row(turn.context_ids + turn.response_ids, ((len(turn.context_ids), turn, i),), index, episode.group, ret)
+        _Row(
+            turn.context_ids + turn.response_ids,
+            ((len(turn.context_ids), turn, i),),
+            index,
+            episode.group,
+            ret,
+            turn.images,
+        )
         for i, turn in turns
     ]
 
@@ -103,4 +115,5 @@ def collate(episodes: Sequence[Episode], *, pad_id: int = 0, per_turn: bool = Fa
         episode_ids=torch.tensor([row.episode for row in rows], dtype=torch.long),  # (B,)
         turn_ids=turn_ids,
         turn_rewards=turn_rewards,
+        images=tuple(row.images for row in rows) if any(row.images for row in rows) else (),
     )

@@ -20,6 +20,8 @@ Per-turn rules (REFERENCE §7):
   else "terminated" / "truncated"), when the budget is spent ("action_budget"), after ``config.max_turns`` turns
   (1 for single-turn envs; "max_turns"), or when even the current turn alone does not fit in the context budget
   with room for one reply token ("context_length"). ``success`` is ``info["success"]`` of the last executed step.
+  An env that ends an episode for a reason of its own puts it in ``info["end_reason"]`` (the ``openenv`` env's
+  failed calls, e.g. "remote_timeout"); in the info of ``reset`` it ends the episode before its first turn.
 - Each turn records its reward (its actions' env rewards plus the penalty) and the ``info["state_key"]`` of the
   state it started from (from reset or the last executed step; None if the env gives none).
 
@@ -35,11 +37,17 @@ later turn, by the sampled ids and the ids of ``bridge(user message) + "<think>"
 id equals the first bridge id (ChatML's ``<|im_end|>``), that first bridge id is not added again. Context modes:
 ``"full"`` keeps every turn from j on, where j starts at 0 and moves forward (never back) while the context is
 longer than ``config.max_context_tokens``; ``"window"`` starts at the later of that and ``i - context_window + 1``
-for turn i (the window counts the current turn). Without a dropped turn, each full-mode context extends the
-previous context and reply exactly, which is what :func:`~mirl.rollout.collate.collate` relies on.
+for turn i (the window counts the current turn); ``"memory"`` keeps only the current turn, whose user message
+carries the env's recap of the episode (:mod:`mirl.rollout.memory`). Without a dropped turn, each full-mode context
+extends the previous context and reply exactly, which is what :func:`~mirl.rollout.collate.collate` relies on.
 
 In full mode the engine runs the rollout inside ``policy.prefix_cache()`` when the policy has one, so each turn
 extends the previous turn's key/value cache instead of encoding the whole history again.
+
+Images. An observation with images (:mod:`mirl.envs.images`) becomes a user message whose placeholders are the
+images' token blocks as the policy's processor expanded them, once per image (:mod:`mirl.rollout.vision`); the
+context carries the placed images (``Turn.images``) to ``generate`` and on to collation and the update. A policy
+without a processor (a text model) refuses such observations with a message naming the fix.
 
 Reproducibility: with ``sampling_seed``, chunk c of turn t samples with :func:`turn_seed` ``(sampling_seed, t, c)``.
 """
@@ -57,12 +65,15 @@ import numpy as np
 
 from mirl.config import RolloutConfig
 from mirl.envs import make
+from mirl.envs.base import StepRecord
+from mirl.envs.images import observation_images
+from mirl.rollout.memory import CONTEXT_MODES, first_kept_turn, memory_text
 from mirl.rollout.parsing import THINK_OPEN, decode, parse_reply, reasoning_span
 from mirl.rollout.prompts import ChatFormat, encode, format_example, system_prompt, user_message
+from mirl.rollout.vision import Piece, encode_piece
 from mirl.types import EnvSpec, Episode, Generation, SamplingParams, Turn
 
 STOP_STRINGS = ("</answer>",)
-CONTEXT_MODES = ("full", "window")
 _STEP_THREADS = 64  # threads stepping envs with concurrent_steps (their own pools bound the real work)
 
 ProgressFn = Callable[[int, int, int], None]  # (turn index, episodes active in it, episodes in all)
@@ -122,10 +133,14 @@ class _Live:
     max_turns: int
     system_ids: tuple[int, ...]
     observation: str
+    images: list = field(default_factory=list)  # the current observation's images (info["images"])
+    policy: object = None  # the policy whose processor prepares images (None: images are refused)
     user_texts: list[str] = field(default_factory=list)
-    first_ids: dict[int, tuple[int, ...]] = field(default_factory=dict)  # turn j -> first-prompt ids of user j
-    bridge_ids: dict[int, tuple[int, ...]] = field(default_factory=dict)  # turn i >= 1 -> bridge ids of user i
+    user_images: list[list] = field(default_factory=list)  # turn t -> the images of user message t
+    first_ids: dict[int, Piece] = field(default_factory=dict)  # turn j -> first-prompt ids of user j
+    bridge_ids: dict[int, Piece] = field(default_factory=dict)  # turn i >= 1 -> bridge ids of user i
     turns: list[Turn] = field(default_factory=list)
+    steps: list[StepRecord] = field(default_factory=list)  # every env step so far (the memory mode's recap)
     start: int = 0  # first kept turn in full mode
     unchanged: bool = False
     state_key: str | None = None  # the env's info["state_key"] now (reset or last step), None if it gives none
@@ -152,6 +167,8 @@ def run_episodes(
     fmt = ChatFormat.from_tokenizer(tokenizer)
     budget = context_budget(policy, tokenizer, config)
     lives = [_start(spec, p, k, fmt, tokenizer, config) for p, spec in enumerate(specs) for k in range(group_size)]
+    for live in lives:
+        live.policy = policy  # user messages with images are encoded through the policy's processor
     reuse = getattr(policy, "prefix_cache", None) if config.context_mode == "full" else None
     with reuse() if reuse is not None else contextlib.nullcontext():
         _play(policy, lives, (fmt, tokenizer, config, budget), sampling_seed, progress)
@@ -172,7 +189,7 @@ def _play(policy, lives: list[_Live], setting, sampling_seed: int | None, progre
             break
         generations = _generate(policy, [ctx for _, ctx in playing], turn, config, (sampling_seed, budget.tokens))
         generations = [
-            _bounded(generation, budget.tokens - len(ctx), config.max_new_tokens)
+            _bounded(generation, budget.tokens - len(ctx.ids), config.max_new_tokens)
             for (_, ctx), generation in zip(playing, generations, strict=True)
         ]
         texts = [THINK_OPEN + decode(tokenizer, generation.token_ids) for generation in generations]
@@ -208,6 +225,7 @@ def _validate(specs, group_size: int, config: RolloutConfig, sampling_seed: int 
 def _start(spec: EnvSpec, group: int, sample: int, fmt: ChatFormat, tokenizer, config: RolloutConfig) -> _Live:
     env = make(spec.env, **dict(spec.options))
     observation, info = env.reset(seed=spec.seed)
+    images = observation_images(observation, info)
     cap = 1 if env.action_words is None else min(config.max_actions_per_turn, env.max_actions_per_turn)
     system_ids = encode(tokenizer, fmt.system_text(system_prompt(env, cap)))
     return _Live(
@@ -220,7 +238,9 @@ def _start(spec: EnvSpec, group: int, sample: int, fmt: ChatFormat, tokenizer, c
         max_turns=config.max_turns if env.multi_turn else 1,
         system_ids=system_ids,
         observation=observation,
+        images=images,
         state_key=_state_key(info),
+        end_reason=info.get("end_reason"),  # set when the reset itself failed (a remote env): no turn is played
     )
 
 
@@ -231,7 +251,8 @@ def _state_key(info: dict) -> str | None:
 
 
 def _next_context(live: _Live, turn: int, fmt: ChatFormat, tokenizer, config: RolloutConfig, budget: _Budget):
-    """Write turn ``turn``'s user message and return the context ids, or None if the episode ends here.
+    """Write turn ``turn``'s user message and return the context (ids and images), or None if the episode ends
+    here.
 
     The context leaves room for at least one reply token: ``len(context) < budget.tokens``.
     """
@@ -244,14 +265,17 @@ def _next_context(live: _Live, turn: int, fmt: ChatFormat, tokenizer, config: Ro
             last_reward=live.turns[-1].reward if live.turns else None,
             state_unchanged=live.unchanged,
             example=format_example(live.env.action_words) if config.format_example else None,
+            memory=memory_text(live.env, live.steps) if config.context_mode == "memory" else None,
         )
     )
+    live.user_images.append(list(live.images))
     if len(live.user_texts[turn]) > budget.chars:  # cannot fit: never tokenize a huge observation in full
         live.end_reason = "context_length"
         return None
     if turn > 0:
-        live.bridge_ids[turn] = encode(tokenizer, fmt.bridge_text(live.user_texts[turn]))
-    start = live.start if config.context_mode == "full" else max(live.start, turn - config.context_window + 1)
+        text = fmt.bridge_text(live.user_texts[turn])
+        live.bridge_ids[turn] = encode_piece(live.policy, tokenizer, text, live.user_images[turn])
+    start = first_kept_turn(config.context_mode, live.start, turn, config.context_window)
     context = _context(live, start, turn, fmt, tokenizer)
     while len(context) >= budget.tokens and start < turn:
         start += 1
@@ -264,18 +288,19 @@ def _next_context(live: _Live, turn: int, fmt: ChatFormat, tokenizer, config: Ro
     return context
 
 
-def _context(live: _Live, start: int, turn: int, fmt: ChatFormat, tokenizer) -> tuple[int, ...]:
+def _context(live: _Live, start: int, turn: int, fmt: ChatFormat, tokenizer) -> Piece:
     """System ids, the first prompt of turn ``start``, then reply + bridge ids for every later turn."""
     if start not in live.first_ids:
-        live.first_ids[start] = encode(tokenizer, fmt.first_user_text(live.user_texts[start]))
-    ids = list(live.system_ids) + list(live.first_ids[start])
+        text = fmt.first_user_text(live.user_texts[start])
+        live.first_ids[start] = encode_piece(live.policy, tokenizer, text, live.user_images[start])
+    context = Piece(live.system_ids) + live.first_ids[start]
     for previous in range(start, turn):
         reply = live.turns[previous]
         bridge = live.bridge_ids[previous + 1]
-        ids += reply.response_ids
-        closed = reply.finish_reason == "eos" and reply.response_ids and reply.response_ids[-1] == bridge[0]
-        ids += bridge[1:] if closed else bridge
-    return tuple(ids)
+        closed = reply.finish_reason == "eos" and reply.response_ids and reply.response_ids[-1] == bridge.ids[0]
+        reply_ids = reply.response_ids[:-1] if closed else reply.response_ids  # the bridge's first id closes it
+        context = context + Piece(reply_ids) + bridge
+    return context
 
 
 def _generate(policy, contexts, turn: int, config: RolloutConfig, seed_and_limit) -> list[Generation]:
@@ -295,7 +320,10 @@ def _generate(policy, contexts, turn: int, config: RolloutConfig, seed_and_limit
             max_total_tokens=limit,
         )
         batch = contexts[begin : begin + size]
-        out = policy.generate(batch, sampling)
+        if any(context.images for context in batch):
+            out = policy.generate([c.ids for c in batch], sampling, images=[c.images for c in batch])
+        else:
+            out = policy.generate([c.ids for c in batch], sampling)
         if len(out) != len(batch):
             raise ValueError(f"policy.generate returned {len(out)} generations for {len(batch)} prompts")
         generations += out
@@ -353,15 +381,18 @@ def _step_reply(live: _Live, parsed) -> tuple[str, float, int, bool]:
             continue
         observation, reward, terminated, truncated, info = live.env.step(action)
         env_reward += float(reward)
+        live.steps.append(StepRecord(action, float(reward), info))
         live.observation, live.state_key = observation, _state_key(info)
+        live.images = observation_images(observation, info)
         live.success = bool(_info(info, "success", live.spec.env))
         if _info(info, "action_valid", live.spec.env):
             executed += 1
             live.budget -= 1
         else:
             good = False
-        if terminated or truncated:
-            live.end_reason = "success" if live.success else ("terminated" if terminated else "truncated")
+        if terminated or truncated:  # an env may name its own reason (a remote env's failed call)
+            ended = "success" if live.success else ("terminated" if terminated else "truncated")
+            live.end_reason = info.get("end_reason") or ended
     return shown, env_reward, executed, good
 
 
@@ -373,7 +404,8 @@ def _record(live: _Live, context, generation: Generation, text: str, parsed, ste
     live.unchanged = executed == 0
     live.turns.append(
         Turn(
-            context_ids=context,
+            context_ids=context.ids,
+            images=context.images,
             response_ids=tuple(generation.token_ids),
             response_logprobs=tuple(float(lp) for lp in generation.logprobs),
             response_text=text,

@@ -2,8 +2,9 @@
 
 System prompt: a role sentence, the env instruction, the symbol legend (grid envs), the legal actions and how
 many a turn may hold (``||``-separated). User message of turn t: the turn number, the last turn's reward and, after
-a turn without a legal action, a warning that the state is unchanged; then the state text, the actions left and
-the format reminder with a length hint. The assistant turn is always pre-filled with ``<think>``.
+a turn without a legal action, a warning that the state is unchanged; in the memory context mode, the env's recap
+of the episode; then the state text, the actions left and the format reminder with a length hint. The assistant
+turn is always pre-filled with ``<think>``.
 
 Chat format. :class:`ChatFormat` cuts the tokenizer's chat template into five constant text pieces, once, by
 rendering placeholder messages: ``first(system, user)`` is the text of a conversation's first prompt and
@@ -71,9 +72,11 @@ def user_message(
     last_reward: float | None = None,
     state_unchanged: bool = False,
     example: str | None = None,
+    memory: str | None = None,
 ) -> str:
     """The user message of turn ``turn`` (1-based); ``last_reward`` is None on the first turn; ``example``, if
-    given, is appended as an example reply.
+    given, is appended as an example reply; ``memory`` (the memory context mode's recap), if given, comes right
+    before the state.
 
     >>> print(user_message(turn=2, observation="P_G", actions_left=9, max_new_tokens=100, last_reward=-0.1,
     ...                    state_unchanged=True))  # doctest: +NORMALIZE_WHITESPACE
@@ -91,6 +94,8 @@ def user_message(
         lines.append(f"Reward of the last turn: {last_reward:g}")
     if state_unchanged:
         lines.append("Your last turn had no legal action, so the state is unchanged.")
+    if memory is not None:
+        lines.append(f"Memory of this episode: {memory}")
     lines += ["State:", observation, f"Actions left: {actions_left}."]
     words = int(max_new_tokens * WORDS_PER_TOKEN)
     lines.append(

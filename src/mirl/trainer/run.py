@@ -15,7 +15,7 @@ import torch
 
 from mirl.config import Config, to_yaml
 from mirl.diagnostics.run import DiagnosticsState
-from mirl.rollout.io import episode_to_record
+from mirl.rollout.io import IMAGES_DIR, episode_to_record, write_images
 from mirl.safeio import append_jsonl, atomic_write_text, ensure_dir
 from mirl.trainer.checkpoint import (
     MISFIT,
@@ -183,6 +183,7 @@ def save_rollouts(run_dir: Path, config: Config, iteration: int, episodes) -> No
         return
     if mode == "sample":
         episodes = [e for e in episodes if e.group < config.logging.rollout_sample_groups]
+    write_images(run_dir / "rollouts" / IMAGES_DIR, episodes)  # each image once, before the lines naming it
     lines = [json.dumps(episode_to_record(e, iteration=iteration), ensure_ascii=False) + "\n" for e in episodes]
     atomic_write_text(run_dir / "rollouts" / f"iteration_{iteration:06d}.jsonl", "".join(lines))  # whole, once
 

@@ -8,7 +8,7 @@ import functools
 import torch
 
 from mirl.algorithms import AlgorithmPreset, get_preset
-from mirl.config import AlgorithmConfig, Config
+from mirl.config import AlgorithmConfig, Config, ConfigError
 from mirl.trainer.critic import Critic
 from mirl.trainer.update import Learner
 
@@ -26,8 +26,20 @@ def resolve_preset(config: AlgorithmConfig) -> AlgorithmPreset:
 
 def load_policy(config: Config):
     from mirl.policy import HFPolicy
+    from mirl.policy.sources import model_modality
 
-    policy = HFPolicy.load(
+    policy_class = HFPolicy
+    if model_modality(config.model.name, config.model.modality, config.model.cache_dir) == "vision":
+        from mirl.policy.hf_vision import VisionPolicy
+
+        if config.model.backend != "hf":
+            raise ConfigError(
+                f"{config.model.name} is a vision-language model, which runs on the hf backend only, got "
+                f"model.backend={config.model.backend}; set model.backend=hf"
+            )
+
+        policy_class = VisionPolicy
+    policy = policy_class.load(
         config.model.name,
         device=config.model.device,
         dtype=config.model.dtype,
@@ -41,20 +53,31 @@ def load_policy(config: Config):
     return policy
 
 
+# a vision-language model's adapters go on its language tower's linear layers only; the vision tower stays frozen
+LANGUAGE_TOWER_LINEARS = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
+
+
 def _lora(model, config: Config):
+    return lora_model(model, rank=config.model.lora_rank, alpha=config.model.lora_alpha, seed=config.trainer.seed)
+
+
+def lora_model(model, *, rank: int, alpha: float, seed: int):
+    """``model`` with LoRA adapters on every linear layer (a text model) or on the language tower's (a model with a
+    ``vision_config``: :data:`LANGUAGE_TOWER_LINEARS`); everything else is frozen."""
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError as err:
         raise ImportError("model.lora_rank > 0 needs peft: pip install 'mirl[lora]'") from err
+    vision = getattr(model.config, "vision_config", None) is not None
     lora = LoraConfig(
-        r=config.model.lora_rank,
-        lora_alpha=config.model.lora_alpha,
-        target_modules="all-linear",
+        r=rank,
+        lora_alpha=alpha,
+        target_modules=LANGUAGE_TOWER_LINEARS if vision else "all-linear",
         lora_dropout=0.0,
         task_type="CAUSAL_LM",
     )
     with torch.random.fork_rng(devices=[]):  # LoRA init draws from the global RNG: keep it reproducible and local
-        torch.manual_seed(config.trainer.seed)
+        torch.manual_seed(seed)
         return get_peft_model(model, lora)
 
 
@@ -68,8 +91,9 @@ class _Reference:
         self.model = None if use_adapters else copy.deepcopy(policy.model).requires_grad_(False).eval()
 
     @torch.no_grad()
-    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, needed=None) -> torch.Tensor:
-        logprobs = functools.partial(self.policy.token_logprobs, temperature=self.temperature, needed=needed)
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, needed=None, **images) -> torch.Tensor:
+        options = {"temperature": self.temperature, "needed": needed, **images}  # images: a vision policy's rows
+        logprobs = functools.partial(self.policy.token_logprobs, **options)
         if self.model is None:
             with self.policy.model.disable_adapter():
                 return logprobs(input_ids, attention_mask)[0]

@@ -129,7 +129,9 @@ def critic_values(learner, batch: RolloutBatch) -> torch.Tensor:
     device = next(learner.critic.parameters()).device
     return torch.cat(
         [
-            learner.critic(batch.input_ids[rows].to(device), batch.attention_mask[rows].to(device)).cpu()
+            learner.critic(
+                batch.input_ids[rows].to(device), batch.attention_mask[rows].to(device), **batch.image_args(rows)
+            ).cpu()
             for rows in torch.split(torch.arange(batch.num_rows), 8)
         ]
     )  # (B, T)
@@ -184,7 +186,12 @@ def _forward_logprobs(fn, batch: RolloutBatch) -> torch.Tensor:
     """(B, T) log-probs of the response tokens (0 elsewhere: no logits are computed for prompt tokens)."""
     parts = []
     for rows in torch.split(torch.arange(batch.num_rows), 8):
-        out = fn(batch.input_ids[rows], batch.attention_mask[rows], needed=batch.response_mask[rows])
+        out = fn(
+            batch.input_ids[rows],
+            batch.attention_mask[rows],
+            needed=batch.response_mask[rows],
+            **batch.image_args(rows),
+        )
         parts.append((out[0] if isinstance(out, tuple) else out).float().cpu())
     return torch.cat(parts)
 

@@ -79,7 +79,12 @@ def _policy_terms(learner, inputs: UpdateInputs, rows, preset: AlgorithmPreset, 
     device = learner.policy.device
     ids, attn, mask = ids.to(device), attn.to(device), mask.to(device)
     logp, entropy = learner.policy.token_logprobs(
-        ids, attn, with_entropy=preset.entropy_coef > 0, temperature=learner.temperature, needed=mask
+        ids,
+        attn,
+        with_entropy=preset.entropy_coef > 0,
+        temperature=learner.temperature,
+        needed=mask,
+        **part.image_args(),
     )
     cut = lambda x: x[rows][:, :length].to(device)  # noqa: E731
     ref = cut(inputs.ref_logprobs) if inputs.ref_logprobs is not None else None
@@ -103,7 +108,7 @@ def _critic_terms(learner, inputs: UpdateInputs, rows, normaliser, clip) -> tupl
     device = next(learner.critic.parameters()).device
     ids, attn = part.input_ids[:, :length].to(device), part.attention_mask[:, :length].to(device)
     mask = part.response_mask[:, :length].to(device)
-    values = learner.critic(ids, attn)
+    values = learner.critic(ids, attn, **part.image_args())
     cut = lambda x: x[rows][:, :length].to(device)  # noqa: E731
     loss, stats = value_loss(
         values,

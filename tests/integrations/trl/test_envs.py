@@ -161,6 +161,30 @@ def test_first_update_ratio_is_one(tmp_path, grpo_args):
     assert checked >= 8 * 2  # every row sampled at least two tokens
 
 
+def test_reward_functions_receive_each_turns_reward_and_state_key(tmp_path, grpo_args):
+    # one step of TRL's GRPOTrainer: its scoring passes the rollout's extra columns to every reward function
+    seen = []
+
+    def turn_sum(completions, turn_rewards, turn_state_keys, **kwargs):
+        seen.append((turn_rewards, turn_state_keys))
+        return [sum(rewards) for rewards in turn_rewards]
+
+    rollout = _scripted()
+    trainer = trl.GRPOTrainer(
+        model=tiny_model(seed=0), reward_funcs=[episode_return, turn_sum],
+        args=grpo_args(tmp_path, per_device_train_batch_size=8, max_completion_length=48),
+        train_dataset=dataset("frozenlake", 2), processing_class=tiny_tokenizer(), rollout_func=rollout,
+    )  # fmt: skip
+    trainer.train()
+    ((turn_rewards, state_keys),) = seen
+    episodes = rollout.last_episodes
+    assert turn_rewards == [[turn.reward for turn in e.turns] for e in episodes]
+    assert state_keys == [[turn.state_key for turn in e.turns] for e in episodes]
+    assert all(key is not None for keys in state_keys for key in keys)  # FrozenLake keys the player's cell
+    assert [sum(r) for r in turn_rewards] == pytest.approx([e.total_reward for e in episodes])
+    assert any(len(r) > 1 for r in turn_rewards)
+
+
 def test_use_vllm_is_refused_in_one_line(tmp_path, grpo_args):
     args = grpo_args(tmp_path, filter={"strategy": "none"})
     args.use_vllm = True  # set after construction: on this CPU machine vllm is not installed

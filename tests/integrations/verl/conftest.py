@@ -79,8 +79,14 @@ def model_dir(tmp_path_factory, tok):
 
     path = tmp_path_factory.mktemp("model")
     Qwen2Config(
-        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=1, max_position_embeddings=8192, architectures=["Qwen2ForCausalLM"],
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=8192,
+        architectures=["Qwen2ForCausalLM"],
     ).save_pretrained(path)
     tok.save_pretrained(path)
     return str(path)
@@ -116,8 +122,11 @@ def verl_episodes(tok, rollout_config, legal_reply):
     out = []
     for i, episode in enumerate(played):
         f = output_fields(episode)
-        out.append(episode_from_fields(f["prompt_ids"], f["response_ids"], f["extra_fields"]["mirl"],
-                                       group=i // 2, sample=i % 2))
+        out.append(
+            episode_from_fields(
+                f["prompt_ids"], f["response_ids"], f["extra_fields"]["mirl"], group=i // 2, sample=i % 2
+            )
+        )
     return out
 
 
@@ -141,8 +150,9 @@ class ActorWorkers:
     def compute_log_prob(self, meta):
         from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
-        data = self.tq.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id,
-                                    select_fields=["prompts", "responses"])
+        data = self.tq.kv_batch_get(
+            keys=meta.keys, partition_id=meta.partition_id, select_fields=["prompts", "responses"]
+        )
         prompts = [t.tolist() for t in data["prompts"].unbind()]
         responses = [t.tolist() for t in data["responses"].unbind()]
         self.rows_seen.append(len(prompts))

@@ -28,8 +28,14 @@ def verl_config(**rollout):
     return OmegaConf.create(
         {
             "actor_rollout_ref": {
-                "rollout": {"prompt_length": 4096, "response_length": 4096, "n": GROUP, "temperature": 1.0,
-                            "top_p": 1.0, "name": "vllm"}
+                "rollout": {
+                    "prompt_length": 4096,
+                    "response_length": 4096,
+                    "n": GROUP,
+                    "temperature": 1.0,
+                    "top_p": 1.0,
+                    "name": "vllm",
+                }
             },
             "data": {"train_batch_size": len(SEEDS)},
             "mirl": {"rollout": rollout},
@@ -52,7 +58,7 @@ def test_the_loop_is_registered_as_mirl():
     assert _agent_loop_registry["mirl"] == {"_target_": "mirl.integrations.verl.agent_loop.MirlAgentLoop"}
 
 
-@pytest.mark.parametrize("env", sorted(registry))
+@pytest.mark.parametrize("env", sorted(set(registry) - {"openenv"}))  # openenv: tests/remote
 def test_outputs_match_the_native_engine(env, tok, rollout_config, mask_of):
     rollout = {"max_turns": 3, "max_new_tokens": 12, "max_context_tokens": 100_000}
     specs = [EnvSpec(env, seed) for seed in SEEDS]
@@ -61,8 +67,15 @@ def test_outputs_match_the_native_engine(env, tok, rollout_config, mask_of):
     loop = make_loop(server, tok, verl_config(**rollout))
     outputs = [
         asyncio.run(
-            loop.run(dict(VERL_SAMPLING), env_name=env, env_seed=spec.seed, env_options="{}", session_id=k,
-                     uid=f"u{p}", raw_prompt=[])
+            loop.run(
+                dict(VERL_SAMPLING),
+                env_name=env,
+                env_seed=spec.seed,
+                env_options="{}",
+                session_id=k,
+                uid=f"u{p}",
+                raw_prompt=[],
+            )
         )
         for p, spec in enumerate(specs)
         for k in range(GROUP)
@@ -89,19 +102,47 @@ def test_outputs_match_the_native_engine(env, tok, rollout_config, mask_of):
 
 def test_server_fields_merge_as_in_verls_tool_agent_loop():
     turns = [  # what veRL's LLMServerClient returns on three turns sampled across a weight update (3 -> 4)
-        {"global_steps": 3, "min_global_steps": 3, "max_global_steps": 3, "num_cached_tokens": 0,
-         "spec_num_draft_tokens": 5, "spec_num_accepted_tokens": 2, "spec_num_verify_steps": 3},
-        {"global_steps": 3, "min_global_steps": 3, "max_global_steps": 3, "num_cached_tokens": 40,
-         "spec_num_draft_tokens": 4, "spec_num_accepted_tokens": 4, "spec_num_verify_steps": 1},
-        {"global_steps": 4, "min_global_steps": 4, "max_global_steps": 4, "num_cached_tokens": 90,
-         "spec_num_draft_tokens": 1, "spec_num_accepted_tokens": 0, "spec_num_verify_steps": 1},
+        {
+            "global_steps": 3,
+            "min_global_steps": 3,
+            "max_global_steps": 3,
+            "num_cached_tokens": 0,
+            "spec_num_draft_tokens": 5,
+            "spec_num_accepted_tokens": 2,
+            "spec_num_verify_steps": 3,
+        },
+        {
+            "global_steps": 3,
+            "min_global_steps": 3,
+            "max_global_steps": 3,
+            "num_cached_tokens": 40,
+            "spec_num_draft_tokens": 4,
+            "spec_num_accepted_tokens": 4,
+            "spec_num_verify_steps": 1,
+        },
+        {
+            "global_steps": 4,
+            "min_global_steps": 4,
+            "max_global_steps": 4,
+            "num_cached_tokens": 90,
+            "spec_num_draft_tokens": 1,
+            "spec_num_accepted_tokens": 0,
+            "spec_num_verify_steps": 1,
+        },
     ]
     merged = {}
     for served in turns:
         merge_server_fields(merged, served)
     # first turn's version and cache count; last turn's max; counts summed: 5+4+1, 2+4+0, 3+1+1
-    assert merged == {"global_steps": 3, "min_global_steps": 3, "max_global_steps": 4, "num_cached_tokens": 0,
-                      "spec_num_draft_tokens": 10, "spec_num_accepted_tokens": 6, "spec_num_verify_steps": 5}
+    assert merged == {
+        "global_steps": 3,
+        "min_global_steps": 3,
+        "max_global_steps": 4,
+        "num_cached_tokens": 0,
+        "spec_num_draft_tokens": 10,
+        "spec_num_accepted_tokens": 6,
+        "spec_num_verify_steps": 5,
+    }
 
 
 def test_a_row_without_env_columns_is_a_loud_error(tok):

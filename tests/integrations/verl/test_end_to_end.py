@@ -49,12 +49,20 @@ PROMPTS, SAMPLES, WEIGHTS_VERSION = 4, 4, 0  # step 1 samples with the weights l
 def step_config(model_dir: str, data: dict, run_dir: Path):
     overrides = [
         f"actor_rollout_ref.model.path={model_dir}",
-        f"data.train_files={data['train']}", f"data.val_files={data['validation']}",
-        f"data.train_batch_size={PROMPTS}", f"actor_rollout_ref.rollout.n={SAMPLES}",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.agent.num_workers=1",
-        "mirl.rollout.max_turns=2", "mirl.rollout.max_new_tokens=16", "mirl.diagnostics.every=1",
-        "mirl.diagnostics.num_pairs=8", "mirl.filter.strategy=top_p", "mirl.filter.value=1.0",
-        f"trainer.default_local_dir={run_dir}", "data.dataloader_num_workers=0",
+        f"data.train_files={data['train']}",
+        f"data.val_files={data['validation']}",
+        f"data.train_batch_size={PROMPTS}",
+        f"actor_rollout_ref.rollout.n={SAMPLES}",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.rollout.agent.num_workers=1",
+        "mirl.rollout.max_turns=2",
+        "mirl.rollout.max_new_tokens=16",
+        "mirl.diagnostics.every=1",
+        "mirl.diagnostics.num_pairs=8",
+        "mirl.filter.strategy=top_p",
+        "mirl.filter.value=1.0",
+        f"trainer.default_local_dir={run_dir}",
+        "data.dataloader_num_workers=0",
     ]
     return check(compose(SETTING, overrides))
 

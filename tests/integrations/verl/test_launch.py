@@ -77,8 +77,11 @@ def test_the_local_model_directory_is_read(model_dir, tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "config.json").write_text("{not json")
-    for path, message in [(tmp_path / "missing", "does not exist"), (tmp_path / "empty", "has no config.json"),
-                          (tmp_path / "broken", "does not read as JSON")]:
+    for path, message in [
+        (tmp_path / "missing", "does not exist"),
+        (tmp_path / "empty", "has no config.json"),
+        (tmp_path / "broken", "does not read as JSON"),
+    ]:
         assert main(["verl-config", setting, f"actor_rollout_ref.model.path={path}", "--quiet"]) == 2
         err = capsys.readouterr().err
         assert err.startswith("mirl verl-config: actor_rollout_ref.model.path=") and message in err, err
@@ -168,4 +171,4 @@ def test_the_sampler_names_load_through_verls_loader():
 def test_without_verl_the_dry_run_names_the_extra(capsys):
     assert main(["verl-config", str(SETTINGS[0]), "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("mirl verl-config: veRL is not installed") and 'mirl[verl]' in err
+    assert err.startswith("mirl verl-config: veRL is not installed") and "mirl[verl]" in err

@@ -20,8 +20,10 @@ def imported_modules(path: Path) -> set[str]:
 def test_no_lower_layer_imports_the_integrations():
     lower = [p for p in SRC.rglob("*.py") if p.relative_to(SRC).parts[0] not in ("integrations", "cli")]
     assert len(lower) > 20
-    offenders = {str(p.relative_to(SRC)): sorted(m for m in imported_modules(p) if m.startswith("mirl.integrations"))
-                 for p in lower}
+    offenders = {
+        str(p.relative_to(SRC)): sorted(m for m in imported_modules(p) if m.startswith("mirl.integrations"))
+        for p in lower
+    }
     assert {k: v for k, v in offenders.items() if v} == {}
 
 

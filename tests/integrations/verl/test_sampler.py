@@ -45,10 +45,24 @@ def empty_partition(transfer_queue):  # the session's Ray and TransferQueue (con
 
 
 def record(reward: float, action: str) -> dict:
-    turn = {"start": 3, "length": 2, "reasoning": [0, 1], "reward": reward, "format_valid": True,
-            "actions_valid": True, "finish_reason": "stop", "actions": [action]}
-    return {"env": "bandit", "seed": 1, "options": "{}", "success": reward >= 1.0, "end_reason": "success",
-            "turns": [turn]}
+    turn = {
+        "start": 3,
+        "length": 2,
+        "reasoning": [0, 1],
+        "reward": reward,
+        "format_valid": True,
+        "actions_valid": True,
+        "finish_reason": "stop",
+        "actions": [action],
+    }
+    return {
+        "env": "bandit",
+        "seed": 1,
+        "options": "{}",
+        "success": reward >= 1.0,
+        "end_reason": "success",
+        "turns": [turn],
+    }
 
 
 class FixedReturnsWorker(AgentLoopWorkerTQ.__ray_actor_class__):
@@ -57,10 +71,18 @@ class FixedReturnsWorker(AgentLoopWorkerTQ.__ray_actor_class__):
     async def _run_agent_loop(self, sampling_params, trajectory, *, agent_name, trace=True, **kwargs):
         k, returns = kwargs["session_id"], kwargs.pop("returns")
         out = AgentLoopOutput(
-            prompt_ids=[1, 2, 3], response_ids=[4, 5, 6 + k], response_mask=[1, 1, 1], response_logprobs=[0.0] * 3,
-            reward_score=float(returns[k]), num_turns=2, metrics=AgentLoopMetrics(),
-            extra_fields={"mirl": record(float(returns[k]), f"arm{k % 2}"), "min_global_steps": 0,
-                          "max_global_steps": 0},
+            prompt_ids=[1, 2, 3],
+            response_ids=[4, 5, 6 + k],
+            response_mask=[1, 1, 1],
+            response_logprobs=[0.0] * 3,
+            reward_score=float(returns[k]),
+            num_turns=2,
+            metrics=AgentLoopMetrics(),
+            extra_fields={
+                "mirl": record(float(returns[k]), f"arm{k % 2}"),
+                "min_global_steps": 0,
+                "max_global_steps": 0,
+            },
         )
         return await self._agent_loop_postprocess(out, trajectory["validate"], **kwargs)
 
@@ -89,10 +111,13 @@ def rollout(model_dir, transfer_queue):
 def put_groups(rollout, returns: torch.Tensor) -> list[str]:
     """Submit one prompt per row of ``returns`` (P, K) through veRL's trainer and worker; returns the uids."""
     uids = [str(uuid.uuid4()) for _ in range(returns.shape[0])]
-    batch = tu.get_tensordict({
-        "uid": np.array(uids, dtype=object), "index": np.arange(len(uids)),
-        "returns": np.array([row.tolist() for row in returns] + [None], dtype=object)[:-1],
-    })
+    batch = tu.get_tensordict(
+        {
+            "uid": np.array(uids, dtype=object),
+            "index": np.arange(len(uids)),
+            "returns": np.array([row.tolist() for row in returns] + [None], dtype=object)[:-1],
+        }
+    )
     tu.assign_non_tensor_data(batch, "global_steps", 1)
     assert returns.shape[1] == SAMPLES, "the worker runs actor_rollout_ref.rollout.n sessions per prompt"
     trainer = SimpleNamespace(trainer_mode="sync", global_steps=1, agent_loop_manager=rollout)
@@ -103,8 +128,13 @@ def put_groups(rollout, returns: torch.Tensor) -> list[str]:
 def sampler(refill=None, **filter_block):
     kwargs = OmegaConf.create({"filter": filter_block, "max_empty_steps": filter_block.pop("max_empty_steps", 5)})
     return SNRFilterSampler(
-        trainer_mode="sync", trainer_config={}, max_off_policy_threshold=None, max_off_policy_strategy="drop",
-        sampler_kwargs=kwargs, refill_fn=refill or (lambda n: n), poll_interval=0.05,
+        trainer_mode="sync",
+        trainer_config={},
+        max_off_policy_threshold=None,
+        max_off_policy_strategy="drop",
+        sampler_kwargs=kwargs,
+        refill_fn=refill or (lambda n: n),
+        poll_interval=0.05,
     )
 
 
@@ -117,8 +147,16 @@ def kept_uids(batch) -> list[str]:
 
 
 RETURNS = torch.tensor(
-    [[0.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.1], [0.0, 0.0, 0.0, 0.0],
-     [0.2, 1.0, 0.0, 1.0], [0.5, 0.5, 0.5, 0.5]], dtype=torch.float64)  # (P=6, K=4)
+    [
+        [0.0, 1.0, 1.0, 0.0],
+        [1.0, 1.0, 1.0, 1.0],
+        [0.0, 0.0, 0.0, 0.1],
+        [0.0, 0.0, 0.0, 0.0],
+        [0.2, 1.0, 0.0, 1.0],
+        [0.5, 0.5, 0.5, 0.5],
+    ],
+    dtype=torch.float64,
+)  # (P=6, K=4)
 
 
 def test_keeps_exactly_the_groups_select_groups_keeps_and_clears_the_rest(rollout):
@@ -146,8 +184,14 @@ def test_filter_off_keeps_every_group(rollout):
 def test_dapo_exact_zero_std_rule_is_a_special_case(rollout):
     uids = put_groups(rollout, RETURNS)
     dapo = ReplayBuffer(
-        trainer_mode="sync", trainer_config={}, max_off_policy_threshold=None, max_off_policy_strategy="drop",
-        sampler_kwargs={}, refill_fn=lambda n: n, filter_groups_metric="reward", train_batch_size=len(uids),
+        trainer_mode="sync",
+        trainer_config={},
+        max_off_policy_threshold=None,
+        max_off_policy_strategy="drop",
+        sampler_kwargs={},
+        refill_fn=lambda n: n,
+        filter_groups_metric="reward",
+        train_batch_size=len(uids),
         gen_batch_size=1,
     )
     dapo._sync_metadata_from_transfer_queue()

@@ -53,8 +53,12 @@ def test_row_scorer_checks_what_the_function_returns(tok):
 
 def test_metrics_record_keeps_catalogued_keys_and_renames_verls():
     metrics = {
-        "filter/kept_ratio": 0.5, "actor/pg_loss": torch.tensor(0.25), "timing_s/step": 3,
-        "perf/throughput": 7.0, "diag/trajectory/regime": "template collapse", "rollout/success": float("nan"),
+        "filter/kept_ratio": 0.5,
+        "actor/pg_loss": torch.tensor(0.25),
+        "timing_s/step": 3,
+        "perf/throughput": 7.0,
+        "diag/trajectory/regime": "template collapse",
+        "rollout/success": float("nan"),
     }
     record = mirl_record(4, metrics, is_known)
     assert record["iteration"] == 4 and record["filter/kept_ratio"] == 0.5

@@ -44,19 +44,25 @@ def test_actor_log_probs_round_trip_through_transfer_queue(transfer_queue, actor
 
 def bare_trainer(tmp_path, tok, workers, episodes, every=5):
     """A MirlTrainer with only what its diagnostics hook reads (test_end_to_end.py builds one with veRL's __init__)."""
-    config = OmegaConf.create({
-        "data": {"train_batch_size": 3}, "trainer": {"default_local_dir": str(tmp_path)},
-        "actor_rollout_ref": {"rollout": {"n": 2, "temperature": 1.0, "top_p": 1.0}},
-        "mirl": {"diagnostics": {"enabled": True, "every": every, "num_pairs": 8}},
-    })
+    config = OmegaConf.create(
+        {
+            "data": {"train_batch_size": 3},
+            "trainer": {"default_local_dir": str(tmp_path)},
+            "actor_rollout_ref": {"rollout": {"n": 2, "temperature": 1.0, "top_p": 1.0}},
+            "mirl": {"diagnostics": {"enabled": True, "every": every, "num_pairs": 8}},
+        }
+    )
     trainer = MirlTrainer.__new__(MirlTrainer)
     trainer.mirl = read_settings(config)
     trainer.metrics_file = MetricsFile(trainer.mirl.run_dir)
     trainer.diagnostics_state = DiagnosticsState.from_config(trainer.mirl.diagnostics)
     trainer.pending_diagnostics = {}
     trainer.tokenizer, trainer.actor_rollout_wg = tok, workers
-    trainer.replay_buffer = type("Buffer", (), {"last": StepSelection(
-        keep_keys=(), drop_keys=(), uids=(), returns=torch.zeros(3, 2), episodes=episodes)})()
+    trainer.replay_buffer = type(
+        "Buffer",
+        (),
+        {"last": StepSelection(keep_keys=(), drop_keys=(), uids=(), returns=torch.zeros(3, 2), episodes=episodes)},
+    )()
     return trainer
 
 
@@ -64,8 +70,9 @@ def test_diagnostics_hook_equals_the_native_diagnostics(actor_workers, policy, t
     trainer = bare_trainer(tmp_path, tok, actor_workers(policy), verl_episodes)
     got = trainer.diagnose(5)
     generator = torch.Generator().manual_seed(trainer.mirl.config.trainer.seed * 1_000_003 + 5)
-    want = run_diagnostics(policy, verl_episodes, DiagnosticsConfig(num_pairs=8), DiagnosticsState(),
-                           generator=generator)
+    want = run_diagnostics(
+        policy, verl_episodes, DiagnosticsConfig(num_pairs=8), DiagnosticsState(), generator=generator
+    )
     assert got.keys() == want.keys() and "diag/first_turn/columns" in got
     for key, value in want.items():  # rel_tol: a first z-score divides by a tiny EMA spread (values ~ -660)
         close = isinstance(value, float) and math.isclose(got[key], value, rel_tol=1e-5, abs_tol=1e-5)

@@ -1,4 +1,5 @@
-"""Grid worlds: Sokoban and FrozenLake, their breadth-first solvers and the board helpers they share.
+"""Grid worlds: Sokoban and FrozenLake, their breadth-first solvers, the board helpers they share, and the
+renderer that draws a board as an image (:mod:`mirl.envs.grid.render`).
 
 The board helpers (cells, moves, renderings) are re-exported here, where they lived before the family layout.
 """

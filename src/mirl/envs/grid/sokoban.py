@@ -3,7 +3,10 @@
 Observation:
     The room as rows of symbols (``view="grid"``), or the same grid preceded by the board size and the
     zero-indexed (row, col) cells of the targets, boxes and player (``view="coordinates"``). Symbols: ``#`` wall,
-    ``_`` floor, ``O`` target, ``X`` box, ``√`` box on target, ``P`` player, ``S`` player on target.
+    ``_`` floor, ``O`` target, ``X`` box, ``√`` box on target, ``P`` player, ``S`` player on target. With
+    ``render="image"`` the grid is replaced by the image placeholder and ``info["images"]`` holds the room
+    drawn as an RGB image (:mod:`mirl.envs.grid.render`; the tiles are listed in the instruction); with
+    ``render="both"`` the placeholder follows the text grid.
 
 Actions:
     ``Up``, ``Down``, ``Left``, ``Right`` (case-insensitive). Moving into a box pushes it one cell when the cell
@@ -41,17 +44,22 @@ Arguments:
     max_solution_moves: the generator keeps only rooms whose optimal solution has at most this many moves.
     max_steps: calls to step before the episode is truncated.
     view: "grid" or "coordinates".
+    render: "text", "image" (the board drawn as an RGB image) or "both" (text grid, then the image).
+    cell_size: pixels per cell side in the image, 8..64 (28 = one Qwen2.5-VL visual token per cell).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from mirl.envs.base import TextEnv
+from mirl.envs.base import StepRecord, TextEnv
 from mirl.envs.grid.board import MOVES, Cell, check_no_options, check_view, coordinate_header, pick, render_board
+from mirl.envs.grid.memory import sokoban_key, sokoban_summary
+from mirl.envs.grid.render import DEFAULT_CELL_SIZE, MAX_CELL_SIZE, BoardView, Tile, check_render
 from mirl.envs.grid.solvers import SokobanState, sokoban_distances, sokoban_push
 from mirl.envs.registry import register
 
@@ -59,6 +67,18 @@ STEP_REWARD, BOX_REWARD, SOLVED_REWARD = -0.1, 1.0, 10.0
 _TURN_PROBABILITY = 0.35  # chance the carving walk picks a new random direction at each step
 _PLAYER_MOVES = 3  # random walking steps after reverse play
 _MAX_TRIES = 1000
+_FLOOR, _RED, _PLAYER = (232, 222, 196), (200, 40, 40), (40, 90, 210)
+TILES = {  # the image of each text symbol (mirl.envs.grid.render)
+    "#": Tile("wall", (90, 90, 96), (("bricks", (160, 160, 166)),), "dark grey square with light brick lines"),
+    "_": Tile("floor", _FLOOR, (), "plain beige square"),
+    "O": Tile("target", _FLOOR, (("ring", _RED),), "red ring on beige"),
+    "X": Tile("box", _FLOOR, (("crate", (170, 110, 40)),), "brown square crossed by an X"),
+    "√": Tile(
+        "box on target", _FLOOR, (("ring", _RED), ("crate", (60, 170, 70))), "green crossed square in a red ring"
+    ),
+    "P": Tile("player", _FLOOR, (("disc", _PLAYER),), "blue disc"),
+    "S": Tile("player on target", _FLOOR, (("ring", _RED), ("disc", _PLAYER)), "blue disc in a red ring"),
+}
 
 
 @dataclass(frozen=True)
@@ -129,7 +149,14 @@ class SokobanEnv(TextEnv):
     action_words = tuple(MOVES)
     symbol_legend = "# wall, _ floor, O target, X box, √ box on target, P player, S player on target"
     # upper bounds checked by make(): bigger rooms make generation slow and observations long
-    option_limits = {"height": 12, "width": 12, "num_boxes": 4, "max_solution_moves": 100, "max_steps": 1000}
+    option_limits = {
+        "height": 12,
+        "width": 12,
+        "num_boxes": 4,
+        "max_solution_moves": 100,
+        "max_steps": 1000,
+        "cell_size": MAX_CELL_SIZE,
+    }
     default_action_budget = 10
     multi_turn = True
     max_actions_per_turn = 10
@@ -142,6 +169,8 @@ class SokobanEnv(TextEnv):
         max_solution_moves: int = 9,
         max_steps: int = 100,
         view: str = "grid",
+        render: str = "text",
+        cell_size: int = DEFAULT_CELL_SIZE,
     ) -> None:
         super().__init__()
         if min(height, width) < 3 or (height - 2) * (width - 2) < num_boxes + 2:
@@ -156,6 +185,7 @@ class SokobanEnv(TextEnv):
             )
         self.height, self.width, self.num_boxes = height, width, num_boxes
         self.max_solution_moves, self.max_steps, self.view = max_solution_moves, max_steps, check_view(view)
+        self.board = BoardView(*check_render(render, cell_size), TILES)
         self.room: Room | None = None
 
     @property
@@ -165,7 +195,7 @@ class SokobanEnv(TextEnv):
             "a time; walking into a box pushes it one cell if the cell behind it is empty floor. Boxes cannot be "
             "pulled, so a box pushed into a corner is stuck. Each move costs 0.1; a box placed on a target earns "
             "1, and placing them all earns 10."
-        )
+        ) + self.board.instruction()
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
         super().reset(seed=seed)
@@ -173,11 +203,8 @@ class SokobanEnv(TextEnv):
         self.room = generate_room(self.np_random, self.height, self.width, self.num_boxes, self.max_solution_moves)
         self.boxes, self.player = self.room.boxes, self.room.player
         self.steps, self.done, self.truncated = 0, False, False
-        return self.render(), {
-            "success": False,
-            "optimal_moves": self.room.optimal_moves,
-            "state_key": self.state_key(),
-        }
+        info = {"success": False, "optimal_moves": self.room.optimal_moves}
+        return self.render(), info | self._state_info()
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
         if self.room is None:
@@ -185,7 +212,7 @@ class SokobanEnv(TextEnv):
         word = self.parse_action(action)
         info = {"success": self._solved(), "action_valid": word is not None, "action_effective": False}
         if self.done or self.truncated:
-            return self.render(), 0.0, self.done, self.truncated, info | {"state_key": self.state_key()}
+            return self.render(), 0.0, self.done, self.truncated, info | self._state_info()
         self.steps += 1
         reward = 0.0
         if word is not None:
@@ -200,17 +227,24 @@ class SokobanEnv(TextEnv):
                 reward += SOLVED_REWARD
                 self.done = info["success"] = True
         self.truncated = not self.done and self.steps >= self.max_steps
-        return self.render(), reward, self.done, self.truncated, info | {"state_key": self.state_key()}
+        return self.render(), reward, self.done, self.truncated, info | self._state_info()
+
+    def _state_info(self) -> dict[str, Any]:
+        """The state key, and in the image modes the board image (a new image on every call)."""
+        return {"state_key": self.state_key()} | self.board.info(self._grid())
 
     def state_key(self) -> str:
         """The player's cell and the sorted box cells (module docstring, State key)."""
-        boxes = ";".join(f"{r},{c}" for r, c in sorted(self.boxes))
-        return f"P{self.player[0]},{self.player[1]} B{boxes}"
+        return sokoban_key(self.player, self.boxes)
+
+    def memory_summary(self, steps: Sequence[StepRecord]) -> str:
+        """Moves, pushes, boxes on targets and revisits (:func:`mirl.envs.grid.memory.sokoban_summary`)."""
+        return sokoban_summary(self, steps)
 
     def _solved(self) -> bool:
         return self.room is not None and self.boxes == self.room.targets
 
-    def render(self) -> str:
+    def _grid(self) -> str:
         if self.room is None:
             raise RuntimeError("call reset() before render()")
         room, symbol = self.room, {}
@@ -219,8 +253,12 @@ class SokobanEnv(TextEnv):
         for cell in self.boxes:
             symbol[cell] = "√" if cell in room.targets else "X"
         symbol[self.player] = "S" if self.player in room.targets else "P"
-        grid = render_board(room.height, room.width, symbol, background="#")
+        return render_board(room.height, room.width, symbol, background="#")
+
+    def render(self) -> str:
+        grid = self._grid()
         if self.view == "grid":
-            return grid
+            return self.board.text(grid)
+        room = self.room
         named = {"Targets": sorted(room.targets), "Boxes": sorted(self.boxes), "Player": [self.player]}
-        return coordinate_header(room.height, room.width, named) + "\n" + grid
+        return self.board.text(grid, coordinate_header(room.height, room.width, named))

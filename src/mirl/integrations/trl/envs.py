@@ -26,6 +26,10 @@ plus optional extra columns. Here:
   TRL counts a row as truncated when it does not end in eos, and ``mask_truncated_completions`` would drop it.
   Replies cut at the token cap stay truncated. ``episode_return`` (sum of turn rewards) is an extra column that
   :func:`episode_return` hands to TRL as the reward.
+- Per-turn columns: ``turn_rewards`` (each turn's reward, in order; they sum to ``episode_return``) and
+  ``turn_state_keys`` (each turn's ``state_key``, None where the env gives none). TRL passes a rollout's extra
+  columns to every reward function as keyword arguments, one value per row; its GRPO turns the summed reward
+  into one advantage per row, so training in TRL stays episode-level (turn-level credit: ``mirl train`` or veRL).
 
 Instance seeds: split ``train`` uses even seeds ``2 * (first + i)``, ``validation`` odd seeds ``2 * (first + i) + 1``,
 so the two splits never share an instance; envs with a ``split`` option also get it.
@@ -167,6 +171,8 @@ def episodes_to_rollout(episodes: Sequence[Episode], pad_id: int, eos_id: int | 
     out["episode_return"] = [float(e.total_reward) for e in episodes]
     out["success"] = [float(e.success) for e in episodes]
     out["num_turns"] = [float(e.num_turns) for e in episodes]
+    out["turn_rewards"] = [[float(turn.reward) for turn in e.turns] for e in episodes]
+    out["turn_state_keys"] = [[turn.state_key for turn in e.turns] for e in episodes]
     return out
 
 

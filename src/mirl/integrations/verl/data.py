@@ -77,8 +77,9 @@ def write_parquet(rows: list[dict], path: Path) -> None:
     os.replace(tmp, path)
 
 
-def write_dataset(env: str, out_dir: str | os.PathLike, *, train: int, val: int, options: dict | None = None,
-                  run_seed: int = 0) -> dict[str, Path]:
+def write_dataset(
+    env: str, out_dir: str | os.PathLike, *, train: int, val: int, options: dict | None = None, run_seed: int = 0
+) -> dict[str, Path]:
     """``OUT_DIR/train.parquet`` (``train`` rows) and ``OUT_DIR/val.parquet`` (``val`` rows); returns the paths."""
     if train < 1:
         raise ValueError(f"--train must be >= 1, got {train}")

@@ -118,7 +118,7 @@ async def play_episode(
         if _overflows(live, context, config, response_budget):
             live.end_reason = CONTEXT_LENGTH
             break
-        reply = _bounded(await generate(context), budget.tokens - len(context), config.max_new_tokens)
+        reply = _bounded(await generate(context.ids), budget.tokens - len(context), config.max_new_tokens)
         _apply(live, context, reply, tokenizer, config)
     return _finish(live)
 
@@ -133,6 +133,7 @@ def _turn_layout(turn: Turn) -> dict:
         "actions_valid": turn.actions_valid,
         "finish_reason": turn.finish_reason,
         "actions": list(turn.actions),
+        "state_key": turn.state_key,
     }
 
 
@@ -171,8 +172,9 @@ def _fields(prompt_ids, response_ids, mask, logprobs, episode: Episode, record: 
     }
 
 
-def episode_from_fields(prompt_ids: Sequence[int], response_ids: Sequence[int], record: dict, *, group: int,
-                        sample: int) -> Episode:
+def episode_from_fields(
+    prompt_ids: Sequence[int], response_ids: Sequence[int], record: dict, *, group: int, sample: int
+) -> Episode:
     """Rebuild the :class:`Episode` behind one veRL row from its ids and ``extra_fields["mirl"]``.
 
     Token ids, spans, rewards, flags and finish reasons are exact; the observation text and the log-probs are
@@ -201,10 +203,17 @@ def episode_from_fields(prompt_ids: Sequence[int], response_ids: Sequence[int], 
                 format_valid=bool(layout["format_valid"]),
                 actions_valid=bool(layout["actions_valid"]),
                 finish_reason=str(layout["finish_reason"]),
+                state_key=_state_key(layout),
             )
         )
     spec = EnvSpec(str(record["env"]), int(record["seed"]), json.loads(record["options"]))
     return Episode(spec, group, sample, tuple(turns), bool(record["success"]), str(record["end_reason"]))
+
+
+def _state_key(layout: dict) -> str | None:
+    """A layout's ``state_key`` as a string; None when absent (records written before the key existed)."""
+    key = layout.get("state_key")
+    return None if key is None else str(key)
 
 
 __all__ = [

@@ -144,11 +144,15 @@ def _model_notes(config: DictConfig) -> list[str]:
         if Path(path).expanduser().exists():
             _model_config(key, path)
         elif not path.startswith((".", "/", "~")) and HUB_ID.fullmatch(path):
-            out.append(f"{key}={path} is not a local directory: a hub id, not checked offline (veRL downloads it "
-                       "or reads the cache when it starts)")
+            out.append(
+                f"{key}={path} is not a local directory: a hub id, not checked offline (veRL downloads it "
+                "or reads the cache when it starts)"
+            )
         else:
-            raise ConfigError(f"{key}={path} does not exist; point it at a local model directory (config.json, "
-                              "tokenizer) or a hub id such as Qwen/Qwen2.5-3B-Instruct")
+            raise ConfigError(
+                f"{key}={path} does not exist; point it at a local model directory (config.json, "
+                "tokenizer) or a hub id such as Qwen/Qwen2.5-3B-Instruct"
+            )
     return out
 
 
@@ -161,9 +165,11 @@ def _data_notes(config: DictConfig) -> list[str]:
         files = [value] if isinstance(value, str) else list(value or [])
         relative = [f for f in files if "://" not in str(f) and not Path(str(f)).expanduser().is_absolute()]
         if relative:
-            out.append(f"{key}={relative} is relative to the launch directory; with trainer.nnodes="
-                       f"{config.trainer.nnodes} Ray may start veRL's TaskRunner on another node, where it does not "
-                       "resolve: pass an absolute path on a filesystem every node mounts")
+            out.append(
+                f"{key}={relative} is relative to the launch directory; with trainer.nnodes="
+                f"{config.trainer.nnodes} Ray may start veRL's TaskRunner on another node, where it does not "
+                "resolve: pass an absolute path on a filesystem every node mounts"
+            )
     return out
 
 

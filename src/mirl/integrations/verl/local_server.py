@@ -94,9 +94,7 @@ class PromptSeeds:
         self.seeds = _Occurrences(seed_fn or prompt_seed(0))
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[Generation]:
-        return [
-            self.policy.generate([list(p)], replace(sampling, seed=self.seeds.next_seed(p)))[0] for p in prompts
-        ]
+        return [self.policy.generate([list(p)], replace(sampling, seed=self.seeds.next_seed(p)))[0] for p in prompts]
 
     def score(self, prefixes, continuations):
         return self.policy.score(prefixes, continuations)

@@ -112,5 +112,8 @@ def install() -> None:
 try:
     install()
 except Exception as error:  # noqa: BLE001  (veRL would log this only at debug level)
-    warnings.warn(f"mirl's veRL plugin could not install its registration hook ({type(error).__name__}: {error})",
-                  RuntimeWarning, stacklevel=1)
+    warnings.warn(
+        f"mirl's veRL plugin could not install its registration hook ({type(error).__name__}: {error})",
+        RuntimeWarning,
+        stacklevel=1,
+    )

@@ -33,6 +33,17 @@ logger = logging.getLogger(__name__)
 FIELDS = ["rm_scores", "extra_fields", "prompts", "responses"]
 
 
+def mirl_record(extra, key: str) -> dict:
+    """``extra_fields["mirl"]`` of one row as read from TransferQueue (the agent loop's layout)."""
+    extra = getattr(extra, "data", extra)
+    if not isinstance(extra, dict) or "mirl" not in extra:
+        raise KeyError(
+            f"row {key!r} has no extra_fields['mirl']; set actor_rollout_ref.rollout.agent.default_agent_loop=mirl "
+            "(and build the data with `mirl verl-data`)"
+        )
+    return extra["mirl"]
+
+
 def read_rows(batch: KVBatchMeta) -> list[Row]:
     """The batch's rows from TransferQueue: reward = sum(rm_scores), the mirl record, prompt and response ids."""
     if not batch.keys:
@@ -40,18 +51,11 @@ def read_rows(batch: KVBatchMeta) -> list[Row]:
     data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=FIELDS)
     rows = []
     for i, key in enumerate(batch.keys):
-        extra = data["extra_fields"][i]
-        extra = getattr(extra, "data", extra)
-        if not isinstance(extra, dict) or "mirl" not in extra:
-            raise KeyError(
-                f"row {key!r} has no extra_fields['mirl']; set actor_rollout_ref.rollout.agent.default_agent_loop=mirl "
-                "(and build the data with `mirl verl-data`)"
-            )
         rows.append(
             Row(
                 key=key,
                 reward=float(data["rm_scores"][i].sum().item()),
-                record=extra["mirl"],
+                record=mirl_record(data["extra_fields"][i], key),
                 prompt_ids=tuple(data["prompts"][i].tolist()),
                 response_ids=tuple(data["responses"][i].tolist()),
             )

@@ -113,7 +113,6 @@ def read_settings(config) -> MirlSettings:
     return MirlSettings(mirl_config, str(run_dir), max_empty)
 
 
-
 def filter_settings(sampler_kwargs) -> tuple[Config, int]:
     """The sampler's view: a mirl config holding the ``filter`` block, and ``max_empty_steps``.
 

@@ -1,7 +1,7 @@
 """``MirlTrainer``: veRL's synchronous v1 trainer plus mirl's MI diagnostics and ``metrics.jsonl`` (registered as
 ``trainer.v1.trainer_mode=mirl``).
 
-It changes no stage of veRL's step; it adds two hooks:
+It replaces no stage of veRL's step; it adds hooks around them:
 
 - ``on_sample_end`` (after the sampler, before any log-prob): on the schedule of ``mirl.diagnostics``
   (:func:`mirl.diagnostics.run.is_scheduled` of veRL's ``global_steps``), the episodes of the step *before
@@ -12,6 +12,12 @@ It changes no stage of veRL's step; it adds two hooks:
   (its logger gets them), and every catalogued key, veRL's own renamed, is appended to
   ``<mirl.run_dir>/metrics.jsonl`` (:class:`~mirl.integrations.verl.metrics_file.MetricsFile`), which
   ``mirl report`` reads. ``diag/*/regime`` strings go only to ``metrics.jsonl`` (veRL's loggers take numbers).
+- Turn-level credit (``algorithm.adv_estimator`` = ``mirl_turn`` or ``mirl_step_groups``, see
+  :mod:`mirl.integrations.verl.credit`): ``on_sample_end`` rewrites the sampled rows' ``rm_scores`` in
+  TransferQueue with each turn's reward on its last sampled token (:func:`write_turn_rewards`; the row sums, the
+  episode returns, are unchanged), and for ``mirl_step_groups`` ``_compute_advantage`` runs veRL's own advantage
+  stage inside :func:`~mirl.integrations.verl.credit.row_records` with the rows' layouts, read in the order veRL
+  reads the rows, so the estimator sees each turn's ``state_key``. Other estimators see veRL's rows unchanged.
 
 veRL branches on ``trainer_mode == "sync"`` in several places, so the trainer reports ``"sync"`` whatever the
 configured name (its parameter-sync settings are read from ``trainer.v1.sync``). Pair draws use
@@ -32,8 +38,10 @@ from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 from verl.workers.utils.padding import response_from_nested
 
 from mirl.diagnostics.run import DiagnosticsState, is_scheduled, run_diagnostics
+from mirl.integrations.verl.credit import STEP_ESTIMATOR, TURN_ESTIMATORS, place_turn_rewards, row_records
 from mirl.integrations.verl.metrics_file import MetricsFile
 from mirl.integrations.verl.plugin import TRAINER_NAME
+from mirl.integrations.verl.sampler import mirl_record
 from mirl.integrations.verl.scoring import LogprobFn, RowScorer
 from mirl.integrations.verl.settings import read_settings
 
@@ -68,7 +76,9 @@ def actor_logprob_fn(worker_group, dp_size: int) -> LogprobFn:
         tq.kv_batch_put(keys=keys, fields=list_of_dict_to_tensordict(rows), tags=tags, partition_id=PARTITION)
         try:
             meta = KVBatchMeta(
-                keys=keys, tags=tags, partition_id=PARTITION,
+                keys=keys,
+                tags=tags,
+                partition_id=PARTITION,
                 extra_info={"calculate_entropy": False, "compute_loss": False, "temperature": 1.0},
             )
             worker_group.compute_log_prob(meta)
@@ -79,6 +89,26 @@ def actor_logprob_fn(worker_group, dp_size: int) -> LogprobFn:
         return [scored[i].float().cpu() for i in range(len(prompts))]
 
     return logprobs
+
+
+def read_records(keys: list[str], partition_id: str) -> list[dict]:
+    """The rows' ``extra_fields["mirl"]`` layouts from TransferQueue, in the order of ``keys``."""
+    data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["extra_fields"])
+    return [mirl_record(data["extra_fields"][i], key) for i, key in enumerate(keys)]
+
+
+def write_turn_rewards(keys: list[str], partition_id: str) -> None:
+    """Replace the rows' ``rm_scores`` in TransferQueue by each turn's reward on its last sampled token
+    (:func:`~mirl.integrations.verl.credit.place_turn_rewards` of the row's layout; 0 elsewhere)."""
+    if not keys:
+        return
+    records = read_records(keys, partition_id)
+    data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["responses"])
+    rows = [
+        {"rm_scores": place_turn_rewards([record], int(data["responses"][i].shape[0]))[0]}
+        for i, record in enumerate(records)
+    ]
+    tq.kv_batch_put(keys=keys, partition_id=partition_id, fields=list_of_dict_to_tensordict(rows))
 
 
 @register_trainer(TRAINER_NAME)
@@ -105,7 +135,16 @@ class MirlTrainer(PPOTrainerSync):
 
     def on_sample_end(self):
         super().on_sample_end()
+        selection = getattr(self.replay_buffer, "last", None)
+        if self.config.algorithm.adv_estimator in TURN_ESTIMATORS and selection is not None:
+            write_turn_rewards(list(selection.keep_keys), "train")
         self.pending_diagnostics |= self.diagnose(self.global_steps)
+
+    def _compute_advantage(self, batch, metrics):
+        if self.config.algorithm.adv_estimator != STEP_ESTIMATOR:
+            return super()._compute_advantage(batch, metrics)
+        with row_records(read_records(list(batch.keys), batch.partition_id)):
+            return super()._compute_advantage(batch, metrics)
 
     def diagnose(self, step: int) -> dict:
         """The ``diag/*`` keys of ``step`` (empty when not scheduled or the sampler kept no episodes)."""

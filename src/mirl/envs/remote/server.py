@@ -1,0 +1,260 @@
+"""Serve a registered mirl env over OpenEnv, on ``openenv-core``'s own server (``HTTPEnvServer``).
+
+``openenv-core`` gives every WebSocket connection (``/ws``) its own env instance and speaks its protocol
+(``reset`` / ``step`` / ``state`` / ``close`` messages; ``/health``, ``/schema``, ``/metadata``; the stateless
+``/reset`` and ``/step`` HTTP routes build a fresh env per request, as OpenEnv defines them). mirl adds:
+
+- :class:`ServedEnv`, the OpenEnv ``Environment`` around a mirl env: ``reset(seed, options)``, ``step(action)``
+  returning the text, the images as PNG, reward, the Gymnasium flags and the JSON-safe info
+  (:mod:`mirl.envs.remote.wire`). Each session's env runs on its own thread and every reset or step has a
+  deadline: past it the caller gets an error and the session refuses further calls (a thread cannot be stopped;
+  the env is closed once the late call returns).
+- a cap on concurrent sessions (``openenv-core``'s ``max_concurrent_envs``), idle expiry, bounded bodies and
+  messages, an optional bearer token and a deadline on a connection's first request (:mod:`.guard`);
+- ``GET /capacity``: active sessions, the cap, and mirl env instances open in this process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import socket
+import threading
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from mirl.envs.remote import wire
+from mirl.envs.remote.guard import Guard, first_request_deadline_protocol
+
+INSTALL_HINT = "serving an env needs openenv-core: pip install 'mirl[serve]'"
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """Limits of one server (each becomes a ``mirl serve-env`` flag)."""
+
+    max_sessions: int = 64  # concurrent WebSocket sessions (env instances) at most
+    step_timeout_s: float = 60.0  # deadline of one reset or step
+    idle_timeout_s: float = 300.0  # a session with no message for this long is closed
+    header_timeout_s: float = 10.0  # a connection must send its first request's headers within this
+    max_message_bytes: int = wire.MAX_MESSAGE_BYTES  # one request body or WebSocket message at most
+    token: str | None = None  # bearer token every route but /health requires (None: no token)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_sessions, bool) or not isinstance(self.max_sessions, int) or self.max_sessions < 1:
+            raise ValueError(f"max_sessions must be an int >= 1, got {self.max_sessions!r}")
+        for name in ("step_timeout_s", "idle_timeout_s", "header_timeout_s"):
+            if not 0 < getattr(self, name) < 1e6:
+                raise ValueError(f"{name} must be a positive number of seconds, got {getattr(self, name)!r}")
+        if not 1024 <= self.max_message_bytes <= 1 << 30:
+            raise ValueError(f"max_message_bytes must be in 1024..2**30, got {self.max_message_bytes!r}")
+
+
+_open_envs = 0  # mirl env instances built and not yet closed, in this process
+_count_lock = threading.Lock()
+
+
+def _count(delta: int) -> None:
+    global _open_envs
+    with _count_lock:
+        _open_envs += delta
+
+
+def open_envs() -> int:
+    """mirl env instances built by served sessions in this process and not yet closed."""
+    return _open_envs
+
+
+def _served_env_class():
+    from openenv.core.env_server.interfaces import Environment
+    from openenv.core.env_server.types import EnvironmentMetadata, State
+
+    _, observation_cls = wire.models()
+
+    class ServedEnv(Environment):
+        """One session's mirl env; every call runs on the session's own thread, within the deadline."""
+
+        SUPPORTS_CONCURRENT_SESSIONS = True  # each session builds its own env instance
+
+        def __init__(self, name: str, options: Mapping[str, Any], deadline_s: float) -> None:
+            super().__init__()
+            self._name, self._options, self._deadline = name, dict(options), deadline_s
+            self._env, self._worker, self._broken, self._steps = None, None, None, 0
+            self._closed = False
+
+        async def reset_async(self, seed=None, episode_id=None, options=None, **extra):
+            if extra:
+                raise ValueError(f"unknown reset fields {sorted(extra)}; send seed and options")
+            if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+                raise ValueError(f"seed must be a non-negative int or null, got {seed!r}")
+            if options is not None and not isinstance(options, dict):
+                raise ValueError(f"options must be an object or null, got {type(options).__name__}")
+            return await self._call(functools.partial(self._reset, seed, options))
+
+        async def step_async(self, action, timeout_s=None, **extra):
+            if self._env is None:
+                raise ValueError("step before reset; send a reset message first")
+            return await self._call(functools.partial(self._step, action.action))
+
+        def reset(self, seed=None, episode_id=None, **extra):  # OpenEnv's abstract sync API; the async one is used
+            raise NotImplementedError("ServedEnv is asynchronous: openenv-core calls reset_async")
+
+        def step(self, action, timeout_s=None, **extra):
+            raise NotImplementedError("ServedEnv is asynchronous: openenv-core calls step_async")
+
+        @property
+        def state(self):
+            return State(step_count=self._steps)
+
+        def get_metadata(self):
+            from mirl import __version__
+            from mirl.envs import registry
+
+            description = registry[self._name].description or f"mirl env {self._name}"
+            return EnvironmentMetadata(name=f"mirl/{self._name}", description=description, version=__version__)
+
+        async def _call(self, work):
+            if self._closed or self._broken:
+                raise RuntimeError(self._broken or "this session was closed (idle too long); reconnect and reset")
+            if self._worker is None:
+                self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"mirl-{self._name}")
+            future = asyncio.get_running_loop().run_in_executor(self._worker, work)
+            try:
+                return await asyncio.wait_for(future, self._deadline)
+            except TimeoutError:
+                self._broken = f"deadline: a call took longer than {self._deadline:g} s; this session is over"
+                raise RuntimeError(self._broken) from None
+
+        def _reset(self, seed, options):
+            from mirl.envs import make
+
+            if self._env is None:
+                self._env = make(self._name, **self._options)
+                _count(+1)
+            observation, info = self._env.reset(seed=seed, options=options or None)
+            self._steps = 0
+            return _observation(observation_cls, (observation, 0.0, False, False, info), wire.agent_facts(self._env))
+
+        def _step(self, action: str):
+            self._steps += 1
+            return _observation(observation_cls, self._env.step(action), None)
+
+        def close(self) -> None:
+            self._closed = True
+            if self._worker is not None:
+                self._worker.submit(self._close_env)  # after any late call still running on it
+                self._worker.shutdown(wait=False)
+                self._worker = None
+
+        def _close_env(self) -> None:
+            if self._env is not None:
+                env, self._env = self._env, None
+                env.close()
+                _count(-1)
+
+    return ServedEnv
+
+
+def _observation(observation_cls, result, agent):
+    from mirl.envs.images import observation_images
+
+    text, reward, terminated, truncated, info = result
+    images = wire.encode_images(observation_images(text, info))
+    return observation_cls(
+        observation=text,
+        images=images,
+        terminated=bool(terminated),
+        truncated=bool(truncated),
+        info=wire.served_info(info),
+        agent=agent,
+        done=bool(terminated or truncated),
+        reward=float(reward),
+    )
+
+
+def build_app(name: str, options: Mapping[str, Any], settings: ServeSettings):
+    """The ASGI app serving env ``name`` built with ``options``; ``ValueError`` for a bad name or option,
+    ``ImportError`` (with the install hint) without ``openenv-core``."""
+    from mirl.envs.registry import check_options
+
+    check_options(name, options)
+    try:
+        from fastapi import FastAPI
+        from openenv.core.env_server.http_server import HTTPEnvServer
+        from openenv.core.env_server.types import ConcurrencyConfig
+    except ImportError as error:
+        raise ImportError(f"{INSTALL_HINT} ({error})") from None
+    action_cls, observation_cls = wire.models()
+    factory = functools.partial(_served_env_class(), name, dict(options), settings.step_timeout_s)
+    # session_timeout: openenv-core's reaper ends sessions idle that long, whatever holds them
+    limits = ConcurrencyConfig(max_concurrent_envs=settings.max_sessions, session_timeout=settings.idle_timeout_s)
+    server = HTTPEnvServer(factory, action_cls, observation_cls, concurrency_config=limits)
+    app = FastAPI(title=f"mirl env {name} (OpenEnv)", docs_url=None, redoc_url=None)
+    server.register_routes(app)
+
+    @app.get("/capacity")
+    def capacity() -> dict[str, int]:
+        return {
+            "active_sessions": server.active_sessions,
+            "max_sessions": settings.max_sessions,
+            "open_envs": open_envs(),
+        }
+
+    return Guard(app, max_bytes=settings.max_message_bytes, idle_s=settings.idle_timeout_s, token=settings.token)
+
+
+def uvicorn_server(app, sock: socket.socket, settings: ServeSettings):
+    """A ``uvicorn.Server`` for ``app`` on the bound socket ``sock`` (run it with ``server.run(sockets=[sock])``)."""
+    import uvicorn
+
+    host, port = sock.getsockname()[:2]
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        http=first_request_deadline_protocol(settings.header_timeout_s),
+        ws_max_size=settings.max_message_bytes,
+        h11_max_incomplete_event_size=64 << 10,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+    )
+    return uvicorn.Server(config)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (port 0: a free one)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.listen(2048)
+    return sock
+
+
+@contextlib.contextmanager
+def serving(name: str, options: Mapping | None = None, settings: ServeSettings | None = None) -> Iterator[str]:
+    """Serve env ``name`` on a free loopback port from a background thread; yields its ``http://`` URL.
+
+    The same app and limits as ``mirl serve-env``; for tests and benchmarks in one process.
+    """
+    settings = settings or ServeSettings()
+    sock = bind("127.0.0.1", 0)
+    server = uvicorn_server(build_app(name, options or {}, settings), sock, settings)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        while not server.started and thread.is_alive():
+            threading.Event().wait(0.01)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()

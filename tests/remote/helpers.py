@@ -1,0 +1,104 @@
+"""Shared pieces of the remote-env tests: a scripted policy that depends only on what it sees, episode comparison,
+and ``mirl serve-env`` started as a real process on a free loopback port."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+
+from mirl.config import RolloutConfig
+from mirl.envs import make
+from mirl.policy.scripted import ScriptedPolicy
+
+FREE_FORM = ("42", "I will not use the format", "```python\nprint(sum(map(int, input().split())))\n```", "search[x]")
+
+
+def policy_for(tokenizer, env: str, seed: int, options: dict | None = None) -> ScriptedPolicy:
+    """Replies chosen by a hash of the decoded context among the env's action words and a few free-form answers:
+    equal contexts get equal replies, so two runs agree exactly as long as everything they were shown agrees."""
+    local = make(env, **(options or {}))
+    local.reset(seed=seed)
+    choices = list(local.action_words or ()) + list(FREE_FORM)
+    local.close()
+
+    def script(context: str) -> str:
+        digest = int(hashlib.sha256(context.encode()).hexdigest(), 16)
+        first, second = choices[digest % len(choices)], choices[(digest >> 8) % len(choices)]
+        answer = first if digest % 3 else f"{first} || {second}"
+        return f"step {digest % 97}</think><answer>{answer}</answer>"
+
+    return ScriptedPolicy(tokenizer, script)
+
+
+def rollout_config(**overrides) -> RolloutConfig:
+    return RolloutConfig(**{"max_turns": 4, "max_actions_per_turn": 2, "max_new_tokens": 64, **overrides})
+
+
+def assert_same_episodes(remote, local) -> None:
+    """Token for token: every turn (contexts, replies, log-probs, observations, rewards, flags) and the outcome."""
+    assert len(remote) == len(local)
+    for theirs, ours in zip(remote, local, strict=True):
+        assert theirs.system_prompt_ids == ours.system_prompt_ids
+        assert theirs.turns == ours.turns
+        assert (theirs.success, theirs.end_reason) == (ours.success, ours.end_reason)
+        assert (theirs.group, theirs.sample) == (ours.group, ours.sample)
+
+
+def server_python() -> str:
+    """The Python that runs ``mirl serve-env``: ``$MIRL_SERVE_PYTHON`` (an environment with openenv-core, for the
+    veRL and TRL environments that have only the client's ``websockets``), else this one."""
+    return os.environ.get("MIRL_SERVE_PYTHON", sys.executable)
+
+
+def skip_without_server() -> None:
+    """Skip unless a server can start here and the client's ``websockets`` imports."""
+    import importlib.util
+
+    import pytest
+
+    pytest.importorskip("websockets", reason="the openenv client needs websockets: pip install 'mirl[serve]'")
+    if importlib.util.find_spec("openenv") is None and "MIRL_SERVE_PYTHON" not in os.environ:
+        pytest.skip(
+            "a server needs openenv-core: pip install 'mirl[serve]', or set MIRL_SERVE_PYTHON to a Python with it"
+        )
+
+
+@contextlib.contextmanager
+def served(*args: str, env: dict | None = None, timeout: float = 180.0) -> Iterator[tuple[str, subprocess.Popen]]:
+    """``mirl serve-env ARGS --port 0`` as a process; yields (its URL, the process) once it listens."""
+    command = [server_python(), "-m", "mirl.cli", "serve-env", *args, "--port", "0"]
+    errors = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115  (closed in the finally below)
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=errors, text=True, env={**os.environ, **(env or {})}
+    )
+    try:
+        line = _first_line(process, timeout)
+        match = re.search(r"on (http://127\.0\.0\.1:\d+) ", line)
+        if match is None:
+            errors.seek(0)
+            raise AssertionError(f"mirl serve-env did not start: {line!r} {errors.read()[-2000:]}")
+        yield match.group(1), process
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=20)
+        process.stdout.close()
+        errors.close()
+
+
+def _first_line(process: subprocess.Popen, timeout: float) -> str:
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.append(process.stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    return lines[0] if lines else ""

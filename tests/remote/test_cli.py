@@ -1,0 +1,50 @@
+"""``mirl serve-env`` user errors are one line and exit 2; the served env passes the env contract checker."""
+
+from __future__ import annotations
+
+import pytest
+
+from mirl.cli import main
+from mirl.envs import check_env, make
+
+from .helpers import served
+
+pytest.importorskip("openenv", reason="the remote envs need openenv-core: pip install 'mirl[serve]'")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["nosuchenv"], "unknown environment 'nosuchenv'"),
+        (["frozenlake", "size=abc"], "option size of environment 'frozenlake' must be an int"),
+        (["frozenlake", "size"], "options are written key=value"),
+        (["frozenlake", "--max-sessions", "0"], "max_sessions must be an int >= 1"),
+        (["frozenlake", "--step-timeout", "-1"], "step_timeout_s must be a positive number"),
+        (["frozenlake", "--port", "70000"], "--port must be in 0..65535"),
+        (["frozenlake", "--token-file", "/nonexistent/token"], "No such file or directory"),
+    ],
+)
+def test_user_errors_are_one_line(capsys, args, message):
+    assert main(["serve-env", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mirl serve-env: ") and message in err and err.count("\n") == 1
+
+
+def test_an_empty_token_file_is_refused(capsys, tmp_path):
+    (tmp_path / "token").write_text("  \n")
+    assert main(["serve-env", "frozenlake", "--token-file", str(tmp_path / "token")]) == 2
+    assert "must hold one token" in capsys.readouterr().err
+
+
+def test_the_openenv_env_needs_a_url():
+    with pytest.raises(ValueError, match="needs the server's url"):
+        make("openenv")
+    with pytest.raises(ValueError, match="starts with http://"):
+        make("openenv", url="ftp://127.0.0.1:1")
+
+
+def test_the_served_env_passes_the_contract_checker():
+    with served("sokoban") as (url, _):
+        env = make("openenv", url=url)
+        check_env(env)
+        env.close()
