@@ -29,7 +29,7 @@ def test_train_resume_eval_report(tmp_path, model_dir, pick_env, capsys, train_a
 
     result = tmp_path / "eval.json"
     assert main(["eval", str(run), "validation.num_instances=2", "--out", str(result)]) == 0
-    assert "validating 2 episodes (group size 1, max_turns 1)" in capsys.readouterr().err  # said up front
+    assert "validating 2 episodes (group size 1, at most 1 turn each)" in capsys.readouterr().err  # said up front
     metrics = json.loads(result.read_text())
     assert 0.0 <= metrics["val/success"] <= 1.0 and "val/pass@1/pick_word" in metrics
 

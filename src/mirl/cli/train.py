@@ -139,7 +139,8 @@ def run_eval(args: argparse.Namespace) -> int:
     policy = load_run_policy(found.run_dir, found.checkpoint, config) if found else load_policy(config)
     episodes = len(config.envs) * config.validation.num_instances * config.validation.group_size
     turns = config.rollout.max_turns
-    plan = f"validating {episodes} episodes (group size {config.validation.group_size}, up to {turns} turns each)"
+    each = f"at most {turns} turn{'s' if turns > 1 else ''} each"
+    plan = f"validating {episodes} episodes (group size {config.validation.group_size}, {each})"
     with work_bar("validation", "episode turns", plan) as progress:
         metrics = validate(policy, config, progress=progress)
     table = Table(title=f"validation of {args.target}")

@@ -29,6 +29,11 @@ def legal_reply(context: str) -> str:
         return f" turn {turn}: guess </think> <answer>\n```python\nprint({turn})\n```\n</answer>"
     if "Question: " in context or "Available actions: search[" in context:  # SearchQA, WebShop
         return f" turn {turn}: look it up </think> <answer> search[item {turn}] </answer>"
+    if "Sudoku" in context:  # any digit in the latest board's first blank cell is a legal placement
+        rows = [line.replace("|", " ").split() for line in context.splitlines() if re.fullmatch(r"[.\d |]+", line)]
+        board = rows[-len(rows[-1]) :]
+        row, col = next((r, c) for r, cells in enumerate(board) for c, cell in enumerate(cells) if cell == ".")
+        return f" turn {turn}: fill a blank </think> <answer> {row + 1} {col + 1} 1 </answer>"
     match = LEGAL.search(context)
     if match is None:
         return f" turn {turn}: try a number </think> <answer> {40 + turn} </answer>"
