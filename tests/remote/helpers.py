@@ -18,6 +18,7 @@ from mirl.envs import make
 from mirl.policy.scripted import ScriptedPolicy
 
 FREE_FORM = ("42", "I will not use the format", "```python\nprint(sum(map(int, input().split())))\n```", "search[x]")
+PLACEMENTS = ("1 2 1", "2 1 2", "2 3 3", "3 2 4", "4 4 1", "1 3 2")  # Sudoku placements, some on blank cells
 
 
 def policy_for(tokenizer, env: str, seed: int, options: dict | None = None) -> ScriptedPolicy:
@@ -25,7 +26,7 @@ def policy_for(tokenizer, env: str, seed: int, options: dict | None = None) -> S
     equal contexts get equal replies, so two runs agree exactly as long as everything they were shown agrees."""
     local = make(env, **(options or {}))
     local.reset(seed=seed)
-    choices = list(local.action_words or ()) + list(FREE_FORM)
+    choices = list(local.action_words or ()) + list(FREE_FORM) + (list(PLACEMENTS) if env == "sudoku" else [])
     local.close()
 
     def script(context: str) -> str:

@@ -113,9 +113,9 @@ class OpenEnvEnv(TextEnv):
         try:
             fields, reward, done = self._read(self._session.call({"type": "step", "data": {self.action_field: action}}))
             info = self._info(fields, done=done, reward=reward)
-        except RemoteError as error:
-            self._done = True
-            return self._observation, 0.0, False, True, self._failure(error)
+        except RemoteError as error:  # the reply's text is not trusted (its images may be what failed)
+            self._observation, self._done = "", True
+            return "", 0.0, False, True, self._failure(error)
         terminated = bool(fields.get("terminated", done)) if "terminated" in fields else done
         truncated = bool(fields.get("truncated", False))
         self._done = terminated or truncated
