@@ -58,7 +58,6 @@ import contextlib
 import dataclasses
 import warnings
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -70,11 +69,11 @@ from mirl.envs.images import observation_images
 from mirl.rollout.memory import CONTEXT_MODES, first_kept_turn, memory_text
 from mirl.rollout.parsing import THINK_OPEN, decode, parse_reply, reasoning_span
 from mirl.rollout.prompts import ChatFormat, encode, format_example, system_prompt, user_message
+from mirl.rollout.stepping import state_key_of, step_all, step_reply
 from mirl.rollout.vision import Piece, encode_piece
 from mirl.types import EnvSpec, Episode, Generation, SamplingParams, Turn
 
 STOP_STRINGS = ("</answer>",)
-_STEP_THREADS = 64  # threads stepping envs with concurrent_steps (their own pools bound the real work)
 
 ProgressFn = Callable[[int, int, int], None]  # (turn index, episodes active in it, episodes in all)
 
@@ -194,7 +193,7 @@ def _play(policy, lives: list[_Live], setting, sampling_seed: int | None, progre
         ]
         texts = [THINK_OPEN + decode(tokenizer, generation.token_ids) for generation in generations]
         replies = [parse_reply(t, live.env.action_words, live.cap) for (live, _), t in zip(playing, texts, strict=True)]
-        stepped = _step_all([live for live, _ in playing], replies)
+        stepped = step_all([live for live, _ in playing], replies)
         for i, (live, ctx) in enumerate(playing):
             _record(live, ctx, generations[i], texts[i], replies[i], stepped[i], tokenizer, config)
         if progress is not None:
@@ -239,15 +238,9 @@ def _start(spec: EnvSpec, group: int, sample: int, fmt: ChatFormat, tokenizer, c
         system_ids=system_ids,
         observation=observation,
         images=images,
-        state_key=_state_key(info),
+        state_key=state_key_of(info),
         end_reason=info.get("end_reason"),  # set when the reset itself failed (a remote env): no turn is played
     )
-
-
-def _state_key(info: dict) -> str | None:
-    """The env's ``info["state_key"]`` as a string (str of a hashable key), or None when absent."""
-    key = info.get("state_key")
-    return None if key is None else str(key)
 
 
 def _next_context(live: _Live, turn: int, fmt: ChatFormat, tokenizer, config: RolloutConfig, budget: _Budget):
@@ -339,12 +332,6 @@ def _bounded(generation: Generation, room: int, max_new_tokens: int) -> Generati
     return dataclasses.replace(generation, finish_reason="context") if stopped_by_budget else generation
 
 
-def _info(info: dict, key: str, env_name: str):
-    if key not in info:
-        raise KeyError(f"env {env_name!r} returned an info dict without {key!r}; the TextEnv contract requires it")
-    return info[key]
-
-
 def _apply(live: _Live, context: tuple[int, ...], generation: Generation, tokenizer, config: RolloutConfig) -> None:
     """One episode's turn on the calling thread: parse the reply, step its legal actions, record the turn.
 
@@ -353,47 +340,7 @@ def _apply(live: _Live, context: tuple[int, ...], generation: Generation, tokeni
     """
     text = THINK_OPEN + decode(tokenizer, generation.token_ids)
     parsed = parse_reply(text, live.env.action_words, live.cap)
-    _record(live, context, generation, text, parsed, _step_reply(live, parsed), tokenizer, config)
-
-
-def _step_all(lives: list[_Live], replies: list) -> list[tuple[str, float, int, bool]]:
-    """Step every episode's parsed reply, in order; ``(shown, env reward, executed, all legal)`` per episode.
-
-    An env whose ``step`` waits on other processes (DeepCoder's sandbox runs) sets ``concurrent_steps = True``;
-    the steps of such episodes in one turn run on threads (each episode has its own env), so their waits
-    overlap. Other envs step one after another on the calling thread, and the tokenizer is never used on a thread.
-    """
-    concurrent = [i for i, live in enumerate(lives) if getattr(live.env, "concurrent_steps", False)]
-    results: dict[int, tuple[str, float, int, bool]] = {}
-    if len(concurrent) > 1:
-        with ThreadPoolExecutor(max_workers=min(len(concurrent), _STEP_THREADS)) as executor:
-            stepped = executor.map(lambda i: _step_reply(lives[i], replies[i]), concurrent)
-            results.update(zip(concurrent, stepped, strict=True))
-    return [results[i] if i in results else _step_reply(live, replies[i]) for i, live in enumerate(lives)]
-
-
-def _step_reply(live: _Live, parsed) -> tuple[str, float, int, bool]:
-    """Step the reply's legal actions; ``(observation shown before, env reward, actions executed, all legal)``."""
-    shown, live.shown_key = live.observation, live.state_key
-    env_reward, executed, good = 0.0, 0, parsed.all_legal
-    for action, legal in zip(parsed.actions, parsed.legal, strict=True):
-        if not legal or live.budget == 0 or live.end_reason is not None:
-            continue
-        observation, reward, terminated, truncated, info = live.env.step(action)
-        env_reward += float(reward)
-        live.steps.append(StepRecord(action, float(reward), info))
-        live.observation, live.state_key = observation, _state_key(info)
-        live.images = observation_images(observation, info)
-        live.success = bool(_info(info, "success", live.spec.env))
-        if _info(info, "action_valid", live.spec.env):
-            executed += 1
-            live.budget -= 1
-        else:
-            good = False
-        if terminated or truncated:  # an env may name its own reason (a remote env's failed call)
-            ended = "success" if live.success else ("terminated" if terminated else "truncated")
-            live.end_reason = info.get("end_reason") or ended
-    return shown, env_reward, executed, good
+    _record(live, context, generation, text, parsed, step_reply(live, parsed), tokenizer, config)
 
 
 def _record(live: _Live, context, generation: Generation, text: str, parsed, steps, tokenizer, config) -> None:

@@ -1,0 +1,66 @@
+"""Stepping an episode's env with the actions of one parsed reply (the rollout engine's env side).
+
+Works on the engine's per-episode state (``_Live`` in :mod:`mirl.rollout.engine`): its env, observation, images,
+state key, remaining action budget, success and end reason.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from mirl.envs.base import StepRecord
+from mirl.envs.images import observation_images
+
+_STEP_THREADS = 64  # threads stepping envs with concurrent_steps (their own pools bound the real work)
+
+
+def step_all(lives: list, replies: list) -> list[tuple[str, float, int, bool]]:
+    """Step every episode's parsed reply, in order; ``(shown, env reward, executed, all legal)`` per episode.
+
+    An env whose ``step`` waits on other processes (DeepCoder's sandbox runs) sets ``concurrent_steps = True``;
+    the steps of such episodes in one turn run on threads (each episode has its own env), so their waits
+    overlap. Other envs step one after another on the calling thread, and the tokenizer is never used on a thread.
+    """
+    concurrent = [i for i, live in enumerate(lives) if getattr(live.env, "concurrent_steps", False)]
+    results: dict[int, tuple[str, float, int, bool]] = {}
+    if len(concurrent) > 1:
+        with ThreadPoolExecutor(max_workers=min(len(concurrent), _STEP_THREADS)) as executor:
+            stepped = executor.map(lambda i: step_reply(lives[i], replies[i]), concurrent)
+            results.update(zip(concurrent, stepped, strict=True))
+    return [results[i] if i in results else step_reply(live, replies[i]) for i, live in enumerate(lives)]
+
+
+def step_reply(live, parsed) -> tuple[str, float, int, bool]:
+    """Step the reply's legal actions; ``(observation shown before, env reward, actions executed, all legal)``."""
+    shown, live.shown_key = live.observation, live.state_key
+    env_reward, executed, good = 0.0, 0, parsed.all_legal
+    for action, legal in zip(parsed.actions, parsed.legal, strict=True):
+        if not legal or live.budget == 0 or live.end_reason is not None:
+            continue
+        observation, reward, terminated, truncated, info = live.env.step(action)
+        env_reward += float(reward)
+        live.steps.append(StepRecord(action, float(reward), info))
+        live.observation, live.state_key = observation, state_key_of(info)
+        live.images = observation_images(observation, info)
+        live.success = bool(_info(info, "success", live.spec.env))
+        if _info(info, "action_valid", live.spec.env):
+            executed += 1
+            live.budget -= 1
+        else:
+            good = False
+        if terminated or truncated:  # an env may name its own reason (a remote env's failed call)
+            ended = "success" if live.success else ("terminated" if terminated else "truncated")
+            live.end_reason = info.get("end_reason") or ended
+    return shown, env_reward, executed, good
+
+
+def state_key_of(info: dict) -> str | None:
+    """The env's ``info["state_key"]`` as a string (str of a hashable key), or None when absent."""
+    key = info.get("state_key")
+    return None if key is None else str(key)
+
+
+def _info(info: dict, key: str, env_name: str):
+    if key not in info:
+        raise KeyError(f"env {env_name!r} returned an info dict without {key!r}; the TextEnv contract requires it")
+    return info[key]
