@@ -165,19 +165,25 @@ def test_envs_with_concurrent_steps_are_stepped_on_threads_with_the_same_result(
     script = lambda context: reply("Right || Right")  # noqa: E731
     _, sequential = play(tok, script, groups=2, group_size=3, max_turns=2)
     threads: set[int] = set()
+    active = [0, 0]  # steps in flight now, most ever in flight at once
+    lock = threading.Lock()
     step = corridor.step
 
     def slow_step(self, action):
-        threads.add(threading.get_ident())
+        with lock:
+            threads.add(threading.get_ident())
+            active[0] += 1
+            active[1] = max(active)
         time.sleep(0.05)
+        with lock:
+            active[0] -= 1
         return step(self, action)
 
     monkeypatch.setattr(corridor, "step", slow_step)
     monkeypatch.setattr(corridor, "concurrent_steps", True, raising=False)
-    start = time.monotonic()
     _, concurrent = play(tok, script, groups=2, group_size=3, max_turns=2)
-    # 6 episodes x 3 moves (2, then 1 onto the goal) of 0.05 s: 0.9 s one after another, 0.15 s overlapped
-    assert time.monotonic() - start < 0.6 and len(threads) > 1
+    # steps overlap (the speed-up itself is measured by benchmarks/remote_envs.py, not timed here)
+    assert active[1] > 1 and len(threads) > 1
     assert transcripts(concurrent) == transcripts(sequential)
 
 
