@@ -14,9 +14,7 @@ SEED_0 = "4 3 | . 1\n. 2 | . 4\n----+----\n2 . | 1 3\n3 . | . 2"
 
 def placements(env, solution: str) -> list[str]:
     """``row col digit`` for every blank of the current grid, from the solver's solution."""
-    return [
-        f"{i // env.size + 1} {i % env.size + 1} {solution[i]}" for i, digit in enumerate(env.grid) if digit == 0
-    ]
+    return [f"{i // env.size + 1} {i % env.size + 1} {solution[i]}" for i, digit in enumerate(env.grid) if digit == 0]
 
 
 def play(env, actions):

@@ -236,25 +236,34 @@ def run_step(estimator: str, model_dir: str, run_dir) -> tuple[list[list[float]]
     batch = trainer._balance_batch(batch, metrics={})
     assert len(batch.keys) == 12 and sum(tag.get("is_padding", False) for tag in batch.tags) == 6
     logprobs = tq.kv_batch_get(keys=batch.keys, partition_id="train", select_fields=["rollout_log_probs"])
-    tq.kv_batch_put(keys=batch.keys, partition_id="train",  # what _compute_old_log_prob writes (bypass mode)
-                    fields=TensorDict({"old_log_probs": logprobs["rollout_log_probs"]}, batch_size=len(batch)))
+    tq.kv_batch_put(
+        keys=batch.keys,
+        partition_id="train",  # what _compute_old_log_prob writes (bypass mode)
+        fields=TensorDict({"old_log_probs": logprobs["rollout_log_probs"]}, batch_size=len(batch)),
+    )
     batch = trainer._compute_advantage(batch, metrics={})
-    data = tq.kv_batch_get(keys=batch.keys, partition_id="train",
-                           select_fields=["uid", "session_id", "rm_scores", "advantages", "response_mask"])
+    data = tq.kv_batch_get(
+        keys=batch.keys,
+        partition_id="train",
+        select_fields=["uid", "session_id", "rm_scores", "advantages", "response_mask"],
+    )
     rows = {}
     for i in range(len(batch.keys)):
         uid, session = (getattr(data[name][i], "data", data[name][i]) for name in ("uid", "session_id"))
         mask = data["response_mask"][i].bool()
         if uid in ("p0", "p1"):
-            rows[3 * int(uid[1]) + int(session)] = (data["rm_scores"][i][mask].tolist(),
-                                                    data["advantages"][i][mask].tolist())
+            rows[3 * int(uid[1]) + int(session)] = (
+                data["rm_scores"][i][mask].tolist(),
+                data["advantages"][i][mask].tolist(),
+            )
     tq.kv_clear(keys=batch.keys, partition_id="train")
     return [rows[b][0] for b in range(6)], [rows[b][1] for b in range(6)]
 
 
 @pytest.mark.parametrize(("estimator", "credit_name"), [("mirl_turn", "turn"), ("mirl_step_groups", "step_groups")])
-def test_a_verl_step_trains_on_each_turns_reward_and_state_key(estimator, credit_name, transfer_queue, model_dir,
-                                                               tmp_path):
+def test_a_verl_step_trains_on_each_turns_reward_and_state_key(
+    estimator, credit_name, transfer_queue, model_dir, tmp_path
+):
     rewards, advantages = run_step(estimator, model_dir, tmp_path)
     for row, e in zip(rewards, EPISODES, strict=True):  # each turn's reward on its last sampled token
         assert row == [r for turn in e.turns for r in [0.0] * (len(turn.response_ids) - 1) + [turn.reward]]
@@ -275,5 +284,9 @@ def test_step_groups_refuse_layouts_that_are_not_the_rows():
     data, records = verl_batch(EPISODES, per_turn_rewards=True)
     fn = get_adv_estimator_fn("mirl_step_groups")
     with credit.row_records(records[::-1]), pytest.raises(ValueError, match="not these rows"):
-        fn(token_level_rewards=data.batch["token_level_rewards"], response_mask=data.batch["response_mask"],
-           index=data.non_tensor_batch["uid"], config=AlgoConfig(adv_estimator="mirl_step_groups"))
+        fn(
+            token_level_rewards=data.batch["token_level_rewards"],
+            response_mask=data.batch["response_mask"],
+            index=data.non_tensor_batch["uid"],
+            config=AlgoConfig(adv_estimator="mirl_step_groups"),
+        )
