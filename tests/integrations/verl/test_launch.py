@@ -32,6 +32,7 @@ def test_every_paper_setting_is_shipped():
     for setting in (p for p in SETTINGS if "-vl-" in p.name):  # the model and the image-rendered data they name
         text = setting.read_text()
         assert "model: {path: Qwen/Qwen2.5-VL-3B-Instruct}" in text and '"render": "image", "cell_size": 28' in text
+        assert "diagnostics: {enabled: false}" in text  # the veRL hook scores rows without their images
 
 
 @needs_verl
