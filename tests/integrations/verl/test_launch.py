@@ -27,6 +27,12 @@ def test_every_paper_setting_is_shipped():
         for algo in ("ppo", "grpo"):
             assert {f"{env}-{algo}-topp09", f"{env}-{algo}-nofilter"} <= names, (env, algo)
     assert "sokoban-grpo-topp09-0.5b-1gpu" in names
+    for env in ("sokoban", "frozenlake"):  # Table 4's vision rows: Qwen2.5-VL-3B-Instruct, PPO
+        assert {f"{env}-vl-ppo-topp09", f"{env}-vl-ppo-nofilter"} <= names, env
+    for setting in (p for p in SETTINGS if "-vl-" in p.name):  # the model and the image-rendered data they name
+        text = setting.read_text()
+        assert "model: {path: Qwen/Qwen2.5-VL-3B-Instruct}" in text and '"render": "image", "cell_size": 28' in text
+        assert "diagnostics: {enabled: false}" in text  # the veRL hook scores rows without their images
 
 
 @needs_verl

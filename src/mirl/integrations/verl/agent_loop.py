@@ -15,6 +15,13 @@ The output is one ``AgentLoopOutput`` per episode: ``response_mask`` 1 exactly o
 return as ``reward_score`` (so veRL's reward function is not called), and ``extra_fields["mirl"]`` with the
 success flag, the end reason and the per-turn layout the sampler turns into the native ``rollout/*`` metrics.
 
+Images, as veRL's own multimodal loops pass them (:mod:`mirl.integrations.verl.vision`): an env that renders its
+state as images (``render: image``) has each observation image expanded once by veRL's ``processor`` into the
+context ids; every ``generate`` call of a context with images carries them all, in order, as ``image_data``; the
+output carries them as ``multi_modal_data={"images": [...]}``, from which veRL's worker computes
+``multi_modal_inputs`` and the multimodal position ids. A text-only episode calls and returns exactly as before.
+Without a processor (a text model), an image observation is a one-line error.
+
 The server's own ``extra_fields`` travel on as veRL's ``ToolAgentLoop`` passes them (:func:`merge_server_fields`):
 the first turn's fields whole (``global_steps``, ``min_global_steps``, ``num_cached_tokens``, ...), then each later
 turn's ``max_global_steps`` and the sums of the speculative-decoding counts. veRL's agent-loop worker copies
@@ -36,6 +43,7 @@ from verl.experimental.agent_loop.tool_agent_loop import SPEC_DECODE_EXTRA_KEYS
 from mirl.integrations.verl.episode import output_fields, play_episode, stop_token_ids, to_generation
 from mirl.integrations.verl.plugin import AGENT_NAME
 from mirl.integrations.verl.settings import read_settings
+from mirl.integrations.verl.vision import image_encoder
 from mirl.rollout.engine import STOP_STRINGS
 from mirl.types import EnvSpec
 
@@ -100,9 +108,10 @@ class MirlAgentLoop(AgentLoopBase):
         server_fields: dict[str, Any] = {}
         preempted: list[int] = []
 
-        async def generate(context_ids):
+        async def generate(context_ids, images=None):
+            shown = {"image_data": list(images)} if images else {}  # every image of the context, in order
             served = await self.server_manager.generate(
-                request_id=request_id, prompt_ids=list(context_ids), sampling_params=params
+                request_id=request_id, prompt_ids=list(context_ids), sampling_params=params, **shown
             )
             merge_server_fields(server_fields, dict(served.extra_fields or {}))
             if served.num_preempted is not None:
@@ -117,6 +126,7 @@ class MirlAgentLoop(AgentLoopBase):
             rollout,
             sample=int(kwargs.get("session_id", 0)),
             response_budget=int(self.rollout_config.response_length),
+            images=image_encoder(self.processor),
         )
         fields = output_fields(episode)
         if len(fields["prompt_ids"]) > self.rollout_config.prompt_length:

@@ -4,7 +4,10 @@
 next context, apply, finish), one episode at a time, so the system prompt, the per-turn user messages, parsing,
 the per-turn action cap, the action budget, the format penalty and the context bookkeeping are the engine's own
 code, not a copy. Only generation differs: instead of one batched ``policy.generate`` call per turn, each turn
-awaits ``generate(context_ids) -> Generation``.
+awaits ``generate(context_ids) -> Generation``, or ``generate(context_ids, images=...)`` when the context holds
+images (the RGB images of the whole context, in order; see :mod:`mirl.integrations.verl.vision`). Image
+observations are encoded with ``images``, the encoder of veRL's processor: its placeholder expansion is done once
+per image and kept in the context ids.
 
 One sequence per episode. veRL's agent loop returns one ``(prompt_ids, response_ids, response_mask)`` per
 episode, so every context must extend the previous context + reply (it does in ``context_mode="full"`` while
@@ -18,7 +21,8 @@ would instead drop the oldest turns and train per turn (deliberate deviation, do
 :func:`output_fields` lays the episode out as veRL wants it: ``prompt_ids`` = the first turn's context,
 ``response_ids`` = everything after it, ``response_mask`` = 1 exactly on sampled tokens (from
 :func:`mirl.rollout.collate.collate`), the sampled log-probs (0 on env tokens), the episode return as
-``reward_score``, and under ``extra_fields["mirl"]`` the per-turn layout that :func:`episode_from_fields`
+``reward_score``, the images as ``multi_modal_data={"images": [...]}`` when the episode shows any,
+and under ``extra_fields["mirl"]`` the per-turn layout that :func:`episode_from_fields`
 turns back into an :class:`~mirl.types.Episode` for the filter metrics and the MI diagnostics.
 """
 
@@ -29,13 +33,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from mirl.config import RolloutConfig
+from mirl.integrations.verl.vision import episode_images
 from mirl.policy.hf import end_of_turn_ids, ends_with_stop
 from mirl.rollout.collate import collate
 from mirl.rollout.engine import STOP_STRINGS, _apply, _bounded, _finish, _next_context, _start, context_budget
 from mirl.rollout.prompts import ChatFormat
 from mirl.types import EnvSpec, Episode, Generation, Turn
 
-GenerateFn = Callable[[tuple[int, ...]], Awaitable[Generation]]
+GenerateFn = Callable[..., Awaitable[Generation]]  # (context ids) or (context ids, images=[RGB images])
 CONTEXT_LENGTH = "context_length"
 
 
@@ -99,8 +104,12 @@ async def play_episode(
     group: int = 0,
     sample: int = 0,
     response_budget: int | None = None,
+    images=None,
 ) -> Episode:
-    """Play ``spec`` to the end with the native engine's per-turn steps, awaiting ``generate`` once per turn."""
+    """Play ``spec`` to the end with the native engine's per-turn steps, awaiting ``generate`` once per turn.
+
+    ``images`` encodes image observations (``process(image) -> ImageInputs``; None: they are refused).
+    """
     if config.context_mode != "full":
         raise ValueError(
             f"rollout.context_mode must be 'full' inside veRL (one sequence per episode), got "
@@ -109,6 +118,7 @@ async def play_episode(
     fmt = ChatFormat.from_tokenizer(tokenizer)
     budget = context_budget(None, tokenizer, config)  # the server's model length is veRL's to enforce
     live = _start(spec, group, sample, fmt, tokenizer, config)
+    live.policy = images  # the engine encodes user messages with images through it
     for turn in range(config.max_turns):
         if live.end_reason is not None:
             break
@@ -118,7 +128,9 @@ async def play_episode(
         if _overflows(live, context, config, response_budget):
             live.end_reason = CONTEXT_LENGTH
             break
-        reply = _bounded(await generate(context.ids), budget.tokens - len(context), config.max_new_tokens)
+        shown = [place.image.image for place in context.images]
+        served = await (generate(context.ids, images=shown) if shown else generate(context.ids))
+        reply = _bounded(served, budget.tokens - len(context), config.max_new_tokens)
         _apply(live, context, reply, tokenizer, config)
     return _finish(live)
 
@@ -149,6 +161,14 @@ def output_fields(episode: Episode) -> dict:
     }
     if not episode.turns:
         return _fields(list(episode.system_prompt_ids), [], [], [], episode, record)
+    fields = _laid_out(episode, record)
+    images = episode_images(episode)
+    if images:
+        fields["multi_modal_data"] = {"images": images}  # veRL's key: its worker reads multi_modal_data["images"]
+    return fields
+
+
+def _laid_out(episode: Episode, record: dict) -> dict:
     batch = collate([episode])  # one row: the turns' contexts nest
     prompt_length = len(episode.turns[0].context_ids)
     if batch.num_rows != 1:
