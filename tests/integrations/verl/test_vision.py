@@ -197,3 +197,29 @@ def test_an_image_env_without_a_processor_is_a_one_line_error(worker, legal_repl
     with as_text_model(worker), pytest.raises(ImagesNeedVisionModel, match="veRL gave the agent loop no proc") as error:
         run_loop(worker, server, "sokoban", IMAGE_ENVS["sokoban"])
     assert "\n" not in str(error.value) and server.requests == []
+
+
+@pytest.mark.parametrize("where", ["inside", "first"])
+def test_a_reply_that_samples_an_image_marker_ends_the_episode_before_it(where, worker, legal_reply):
+    """veRL finds images by their token ids; a sampled ``<|vision_start|><|image_pad|>`` would count as an image.
+    The reply is kept up to the marker (a prefix of what was sampled) and the episode ends there."""
+
+    def script(context: str) -> str:
+        reply = legal_reply(context)
+        if context.count("Turn ") < 2:
+            return reply
+        return "<|vision_start|><|image_pad|>" + reply if where == "first" else reply[:6] + "<|vision_start|>" + reply
+
+    server = ImageServer(ScriptedPolicy(worker.tokenizer, script))
+    out = run_loop(worker, server, "sokoban", IMAGE_ENVS["sokoban"])
+    record = out.extra_fields["mirl"]
+    assert record["end_reason"] == "image_token" and len(record["turns"]) == 2
+    start_token = worker.tokenizer.convert_tokens_to_ids("<|vision_start|>")
+    valid = out.attention_mask[0].bool()
+    ids = out.input_ids[0, valid].tolist()
+    assert ids.count(start_token) == len(out.multi_modal_data["images"]) == 2  # no sampled marker in the sequence
+    response_valid = out.attention_mask[0, out.prompt_ids.shape[1] :].bool()
+    trained = out.response_ids[0, response_valid][out.response_mask[0, response_valid].bool()].tolist()
+    kept = list(server.sampled[1][: server.sampled[1].index(start_token)])
+    assert trained == list(server.sampled[0]) + kept  # the second reply up to the marker, as sampled
+    assert out.multi_modal_inputs["image_grid_thw"].shape == (2, 3)

@@ -42,6 +42,7 @@ from mirl.types import EnvSpec, Episode, Generation, Turn
 
 GenerateFn = Callable[..., Awaitable[Generation]]  # (context ids) or (context ids, images=[RGB images])
 CONTEXT_LENGTH = "context_length"
+IMAGE_TOKEN = "image_token"  # a vision reply sampled an image-marker id (mirl.integrations.verl.vision)
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,7 @@ async def play_episode(
     budget = context_budget(None, tokenizer, config)  # the server's model length is veRL's to enforce
     live = _start(spec, group, sample, fmt, tokenizer, config)
     live.policy = images  # the engine encodes user messages with images through it
+    reserved = images.reserved_ids() if images is not None else frozenset()
     for turn in range(config.max_turns):
         if live.end_reason is not None:
             break
@@ -131,8 +133,24 @@ async def play_episode(
         shown = [place.image.image for place in context.images]
         served = await (generate(context.ids, images=shown) if shown else generate(context.ids))
         reply = _bounded(served, budget.tokens - len(context), config.max_new_tokens)
+        reply, marked = _before_reserved(reply, reserved)
         _apply(live, context, reply, tokenizer, config)
+        if marked and live.end_reason is None:
+            live.end_reason = IMAGE_TOKEN
     return _finish(live)
+
+
+def _before_reserved(reply: Generation, reserved: frozenset[int]) -> tuple[Generation, bool]:
+    """The reply up to its first reserved (image-marker) id, and whether it held one (module docstring of
+    :mod:`mirl.integrations.verl.vision`). The kept ids are a prefix of what was sampled, with their log-probs.
+
+    >>> _before_reserved(Generation((5, 9, 6), (-0.1, -0.2, -0.3), "eos"), frozenset({9}))
+    (Generation(token_ids=(5,), logprobs=(-0.1,), finish_reason='length'), True)
+    """
+    cut = next((t for t, token in enumerate(reply.token_ids) if token in reserved), None)
+    if cut is None:
+        return reply, False
+    return Generation(reply.token_ids[:cut], reply.logprobs[:cut], "length"), True
 
 
 def _turn_layout(turn: Turn) -> dict:

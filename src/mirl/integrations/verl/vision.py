@@ -11,6 +11,11 @@ What travels as veRL's own multimodal loops pass it (``SingleTurnAgentLoop``, ``
 ``server_manager.generate`` call carries every image of its context, in order, as ``image_data``, and the
 ``AgentLoopOutput`` carries them as ``multi_modal_data={"images": [...]}``; veRL's agent-loop worker then computes
 ``multi_modal_inputs`` (pixel values, grid sizes) and the multimodal position ids itself.
+
+Those position ids are found from token ids: every image-block token (``<|vision_start|>``, ``<|image_pad|>``,
+...) in the sequence is read as part of an image. A reply that samples one would misplace every image after it,
+so :func:`mirl.integrations.verl.episode.play_episode` keeps a vision episode's reply only up to its first such
+token and ends the episode there (``end_reason="image_token"``).
 """
 
 from __future__ import annotations
@@ -28,6 +33,15 @@ class ProcessorImages:
         self.processor = processor
         self._processed: dict[str, ImageInputs] = {}  # content id -> processed image, one episode's images
 
+    def reserved_ids(self) -> frozenset[int]:
+        """The ids veRL's position code reads as image markers: the image block's tokens and the video token.
+
+        ``get_rope_index`` finds images by these ids anywhere in the sequence, so a reply must not contain them.
+        """
+        block = self.processor.tokenizer(image_block_text(self.processor), add_special_tokens=False)["input_ids"]
+        video = getattr(self.processor, "video_token_id", None)
+        return frozenset(int(t) for t in block) | (frozenset() if video is None else {int(video)})
+
     def process(self, image) -> ImageInputs:
         key = image_id(image)
         if key not in self._processed:  # the chat template's image block is rendered only once an image comes
@@ -38,6 +52,9 @@ class ProcessorImages:
 
 class NoProcessor:
     """The encoder of a text model: an image observation is refused with the fix."""
+
+    def reserved_ids(self) -> frozenset[int]:
+        return frozenset()
 
     def process(self, image) -> ImageInputs:
         raise ImagesNeedVisionModel(
