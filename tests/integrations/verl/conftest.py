@@ -4,6 +4,7 @@ Tests that need veRL itself skip unless it is installed (``bash scripts/test-ver
 the rest run in the main environment too.
 """
 
+import os
 import re
 
 import pytest
@@ -101,12 +102,15 @@ def model_dir(tmp_path_factory, tok):
 def transfer_queue():
     """One local CPU Ray and one TransferQueue for the session (veRL's storage of rollouts between stages).
 
-    Ray starts with num_cpus=4 logical CPUs: TransferQueue's actors hang with fewer than 3.
+    Ray starts with num_cpus=4 logical CPUs: TransferQueue's actors hang with fewer than 3. Its workers keep the
+    test's own priority (``RAY_worker_niceness=0``): Ray's default lowers them by 15 steps, and beside any other
+    busy process they then get about 1 % of a core (one veRL step took 32 minutes instead of about one).
     """
     ray = pytest.importorskip("ray", reason="needs veRL 0.9.1: run `bash scripts/test-verl.sh`")
     tq = pytest.importorskip("transfer_queue", reason="needs veRL 0.9.1: run `bash scripts/test-verl.sh`")
     from omegaconf import OmegaConf
 
+    os.environ.setdefault("RAY_worker_niceness", "0")
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"total_storage_size": 2000, "num_data_storage_units": 1}}}))
     yield tq
