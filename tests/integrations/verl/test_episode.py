@@ -112,3 +112,11 @@ def test_window_mode_is_refused(tok, rollout_config):
     config = rollout_config(context_mode="window")
     with pytest.raises(ValueError, match="context_mode must be 'full'"):
         asyncio.run(play_episode(None, EnvSpec("sokoban", 1), tok, config))
+
+
+def test_docstring_examples():
+    import doctest
+
+    from mirl.integrations.verl import episode
+
+    assert doctest.testmod(episode).failed == 0
