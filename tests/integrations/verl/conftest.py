@@ -4,6 +4,7 @@ Tests that need veRL itself skip unless it is installed (``bash scripts/test-ver
 the rest run in the main environment too.
 """
 
+import asyncio
 import os
 import re
 
@@ -178,3 +179,24 @@ class ActorWorkers:
 def actor_workers(transfer_queue):
     """``actor_workers(policy)``: the actor worker group's stand-in (:class:`ActorWorkers`) over the session's TQ."""
     return lambda policy: ActorWorkers(policy, transfer_queue)
+
+
+class InProcessManager:
+    """``AgentLoopManagerTQ``'s dispatch with its one worker in this process instead of a Ray actor: submits the
+    batch to the worker and waits for the groups it started."""
+
+    def __init__(self, worker) -> None:
+        self.worker = worker
+
+    def generate_sequences(self, batch) -> None:
+        async def run():
+            await self.worker.generate_sequences(batch)
+            await asyncio.gather(*list(self.worker.background_tasks))
+
+        asyncio.run(run())
+
+
+@pytest.fixture(scope="session")
+def in_process():
+    """``in_process(worker)``: an agent-loop manager over one in-process worker (:class:`InProcessManager`)."""
+    return InProcessManager

@@ -2,7 +2,6 @@
 episodes laid out by the agent loop's ``output_fields``; parity with veRL's GRPO and with the native trainer; and
 one training step's rows through veRL's worker, replay buffer, batch balancing and advantage stage (below)."""
 
-import asyncio
 from pathlib import Path
 
 import numpy as np
@@ -189,20 +188,6 @@ class LayoutWorker(AgentLoopWorkerTQ.__ray_actor_class__):
         return await self._agent_loop_postprocess(out, trajectory["validate"], **kwargs)
 
 
-class InProcessManager:
-    """AgentLoopManagerTQ's dispatch, with its one worker in this process; waits for the groups to finish."""
-
-    def __init__(self, worker) -> None:
-        self.worker = worker
-
-    def generate_sequences(self, batch) -> None:
-        async def run():
-            await self.worker.generate_sequences(batch)
-            await asyncio.gather(*list(self.worker.background_tasks))
-
-        asyncio.run(run())
-
-
 class FourRanks:
     """The actor worker group as ``_balance_batch`` asks it (GPU workers in veRL): four data-parallel ranks."""
 
@@ -212,7 +197,7 @@ class FourRanks:
         return [0, 1, 2, 3]
 
 
-def run_step(estimator: str, model_dir: str, run_dir) -> tuple[list[list[float]], list[list[float]]]:
+def run_step(estimator: str, model_dir: str, run_dir, in_process) -> tuple[list[list[float]], list[list[float]]]:
     """One step's sampled rows through veRL's stages; per episode (EPISODES order) the trained tokens' rewards
     and advantages as veRL's ``_compute_advantage`` stored them."""
     config = check(compose(Path(__file__).resolve().parents[3] / SETTING, [
@@ -226,7 +211,7 @@ def run_step(estimator: str, model_dir: str, run_dir) -> tuple[list[list[float]]
     trainer.checkpoint_manager = CheckpointEngineManager(
         config=omega_conf_to_dataclass(config.actor_rollout_ref.rollout.checkpoint_engine), actor_wg=None, replicas=[]
     )
-    trainer.agent_loop_manager = InProcessManager(LayoutWorker(config, llm_client=None))
+    trainer.agent_loop_manager = in_process(LayoutWorker(config, llm_client=None))
     prompts = tu.get_tensordict({"uid": np.array(["p0", "p1"], dtype=object), "index": np.arange(2),
                                  "group": np.arange(2)})  # fmt: skip
     tu.assign_non_tensor_data(prompts, "global_steps", 1)
@@ -262,9 +247,9 @@ def run_step(estimator: str, model_dir: str, run_dir) -> tuple[list[list[float]]
 
 @pytest.mark.parametrize(("estimator", "credit_name"), [("mirl_turn", "turn"), ("mirl_step_groups", "step_groups")])
 def test_a_verl_step_trains_on_each_turns_reward_and_state_key(
-    estimator, credit_name, transfer_queue, model_dir, tmp_path
+    estimator, credit_name, transfer_queue, model_dir, tmp_path, in_process
 ):
-    rewards, advantages = run_step(estimator, model_dir, tmp_path)
+    rewards, advantages = run_step(estimator, model_dir, tmp_path, in_process)
     for row, e in zip(rewards, EPISODES, strict=True):  # each turn's reward on its last sampled token
         assert row == [r for turn in e.turns for r in [0.0] * (len(turn.response_ids) - 1) + [turn.reward]]
     expected = native_advantages(get_preset("grpo", credit=credit_name))
@@ -273,8 +258,8 @@ def test_a_verl_step_trains_on_each_turns_reward_and_state_key(
     assert any(abs(a) > 1e-3 for row in expected[3:] for a in row)  # group 1 ties on the return yet trains
 
 
-def test_a_verl_grpo_step_keeps_the_return_on_the_last_token(transfer_queue, model_dir, tmp_path):
-    rewards, advantages = run_step("grpo", model_dir, tmp_path)
+def test_a_verl_grpo_step_keeps_the_return_on_the_last_token(transfer_queue, model_dir, tmp_path, in_process):
+    rewards, advantages = run_step("grpo", model_dir, tmp_path, in_process)
     for row, e in zip(rewards, EPISODES, strict=True):
         assert row[:-1] == [0.0] * (len(row) - 1) and row[-1] == pytest.approx(e.total_reward)
     assert all(a == 0.0 for row in advantages[3:] for a in row)  # group 1 ties: GRPO gives it nothing

@@ -9,7 +9,6 @@ returns the reward the test chose (``RETURNS[p, k]``) and a one-turn mirl record
 would play an episode (``test_end_to_end.py`` runs that one). Needs veRL.
 """
 
-import asyncio
 import uuid
 from pathlib import Path
 from types import SimpleNamespace
@@ -87,25 +86,11 @@ class FixedReturnsWorker(AgentLoopWorkerTQ.__ray_actor_class__):
         return await self._agent_loop_postprocess(out, trajectory["validate"], **kwargs)
 
 
-class InProcessManager:
-    """AgentLoopManagerTQ's dispatch (one worker, in this process instead of a Ray actor); waits for the groups."""
-
-    def __init__(self, worker) -> None:
-        self.worker = worker
-
-    def generate_sequences(self, batch) -> None:
-        async def run():
-            await self.worker.generate_sequences(batch)
-            await asyncio.gather(*list(self.worker.background_tasks))
-
-        asyncio.run(run())
-
-
 @pytest.fixture(scope="module")
-def rollout(model_dir, transfer_queue):
+def rollout(model_dir, transfer_queue, in_process):
     config = compose(SETTING, [f"actor_rollout_ref.model.path={model_dir}", f"actor_rollout_ref.rollout.n={SAMPLES}"])
     OmegaConf.resolve(config)
-    return InProcessManager(FixedReturnsWorker(config, llm_client=None))
+    return in_process(FixedReturnsWorker(config, llm_client=None))
 
 
 def put_groups(rollout, returns: torch.Tensor) -> list[str]:
