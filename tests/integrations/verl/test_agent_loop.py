@@ -54,6 +54,25 @@ def make_loop(server, tok, config):
     )
 
 
+def play_sessions(loop, env: str, options: str, specs) -> list:
+    """``loop.run`` for GROUP sessions of each spec, as veRL's worker calls it (one prompt uid per spec)."""
+    return [
+        asyncio.run(
+            loop.run(
+                dict(VERL_SAMPLING),
+                env_name=env,
+                env_seed=spec.seed,
+                env_options=options,
+                session_id=k,
+                uid=f"u{p}",
+                raw_prompt=[],
+            )
+        )
+        for p, spec in enumerate(specs)
+        for k in range(GROUP)
+    ]
+
+
 def test_the_loop_is_registered_as_mirl():
     assert _agent_loop_registry["mirl"] == {"_target_": "mirl.integrations.verl.agent_loop.MirlAgentLoop"}
 
@@ -65,21 +84,7 @@ def test_outputs_match_the_native_engine(env, tok, rollout_config, mask_of):
     native = run_episodes(PromptSeeds(tiny_policy()), specs, GROUP, rollout_config(**rollout))
     server = LocalServer(tiny_policy())
     loop = make_loop(server, tok, verl_config(**rollout))
-    outputs = [
-        asyncio.run(
-            loop.run(
-                dict(VERL_SAMPLING),
-                env_name=env,
-                env_seed=spec.seed,
-                env_options="{}",
-                session_id=k,
-                uid=f"u{p}",
-                raw_prompt=[],
-            )
-        )
-        for p, spec in enumerate(specs)
-        for k in range(GROUP)
-    ]
+    outputs = play_sessions(loop, env, "{}", specs)
     for episode, out in zip(native, outputs, strict=True):
         last = episode.turns[-1]
         assert out.prompt_ids == list(episode.turns[0].context_ids)

@@ -3,7 +3,6 @@ returns exactly the tokens, masks, log-probs and return of the native engine pla
 
 Needs veRL (``bash scripts/test-verl.sh``) and a server (openenv-core here, or ``MIRL_SERVE_PYTHON``)."""
 
-import asyncio
 import json
 
 import pytest
@@ -16,7 +15,7 @@ from mirl.rollout import run_episodes  # noqa: E402
 from mirl.types import EnvSpec  # noqa: E402
 
 from ...remote.helpers import served, skip_without_server  # noqa: E402
-from .test_agent_loop import GROUP, SEEDS, VERL_SAMPLING, make_loop, verl_config  # noqa: E402
+from .test_agent_loop import GROUP, SEEDS, make_loop, play_sessions, verl_config  # noqa: E402
 
 
 def test_agent_loop_plays_a_served_env_like_the_native_engine(tok, rollout_config, mask_of):
@@ -27,21 +26,7 @@ def test_agent_loop_plays_a_served_env_like_the_native_engine(tok, rollout_confi
     with served("frozenlake") as (url, _):
         loop = make_loop(LocalServer(tiny_policy()), tok, verl_config(**rollout))
         options = json.dumps({"url": url})
-        outputs = [
-            asyncio.run(
-                loop.run(
-                    dict(VERL_SAMPLING),
-                    env_name="openenv",
-                    env_seed=spec.seed,
-                    env_options=options,
-                    session_id=k,
-                    uid=f"u{p}",
-                    raw_prompt=[],
-                )
-            )
-            for p, spec in enumerate(specs)
-            for k in range(GROUP)
-        ]
+        outputs = play_sessions(loop, "openenv", options, specs)
     for episode, out in zip(native, outputs, strict=True):
         last = episode.turns[-1]
         assert out.prompt_ids + out.response_ids == list(last.context_ids + last.response_ids)
