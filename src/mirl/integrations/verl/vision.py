@@ -20,6 +20,8 @@ token and ends the episode there (``end_reason="image_token"``).
 
 from __future__ import annotations
 
+from functools import cached_property
+
 from mirl.envs.images import image_id
 from mirl.policy.vision_inputs import image_block_text, process_image
 from mirl.rollout.vision import ImagesNeedVisionModel
@@ -33,20 +35,25 @@ class ProcessorImages:
         self.processor = processor
         self._processed: dict[str, ImageInputs] = {}  # content id -> processed image, one episode's images
 
+    @cached_property
+    def block(self) -> str:
+        """The chat template's text for one image part (rendered once)."""
+        return image_block_text(self.processor)
+
     def reserved_ids(self) -> frozenset[int]:
         """The ids veRL's position code reads as image markers: the image block's tokens and the video token.
 
         ``get_rope_index`` finds images by these ids anywhere in the sequence, so a reply must not contain them.
         """
-        block = self.processor.tokenizer(image_block_text(self.processor), add_special_tokens=False)["input_ids"]
+        block = self.processor.tokenizer(self.block, add_special_tokens=False)["input_ids"]
         video = getattr(self.processor, "video_token_id", None)
         return frozenset(int(t) for t in block) | (frozenset() if video is None else {int(video)})
 
     def process(self, image) -> ImageInputs:
         key = image_id(image)
-        if key not in self._processed:  # the chat template's image block is rendered only once an image comes
-            block, merge = image_block_text(self.processor), int(self.processor.image_processor.merge_size)
-            self._processed[key] = process_image(self.processor, block, image, key, merge)
+        if key not in self._processed:
+            merge = int(self.processor.image_processor.merge_size)
+            self._processed[key] = process_image(self.processor, self.block, image, key, merge)
         return self._processed[key]
 
 
