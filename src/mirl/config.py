@@ -8,15 +8,14 @@ the value received and the nearest valid key. The resolved config is written to 
 
 from __future__ import annotations
 
-import difflib
 import os
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 from omegaconf import OmegaConf
-from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
+from omegaconf.errors import OmegaConfBaseException
 
 from mirl.errors import UserError
 
@@ -314,50 +313,6 @@ class Config:
 # ---------------------------------------------------------------- loading
 
 
-def _all_keys(cls: type, prefix: str = "") -> list[str]:
-    keys = []
-    for f in fields(cls):
-        key = f"{prefix}{f.name}"
-        keys.append(key)
-        default = f.default_factory() if callable(f.default_factory) else f.default  # type: ignore[misc]
-        if is_dataclass(default):
-            keys.extend(_all_keys(type(default), key + "."))
-    return keys
-
-
-def _field_type(key: str) -> str:
-    cls: Any = Config
-    annotation: Any = "a valid value"
-    for part in key.split("."):
-        match = {f.name: f for f in fields(cls)}.get(part) if is_dataclass(cls) else None
-        if match is None:
-            return str(annotation)
-        annotation = match.type
-        default = match.default_factory() if callable(match.default_factory) else match.default
-        cls = type(default)
-    return f"of type {annotation}"
-
-
-def _suggest(key: str) -> str:
-    close = difflib.get_close_matches(key, _all_keys(Config), n=1, cutoff=0.5)
-    if not close:
-        leaf = key.rsplit(".", 1)[-1]
-        close = [k for k in _all_keys(Config) if k.rsplit(".", 1)[-1] == leaf][:1]
-    return f"; did you mean '{close[0]}'?" if close else ""
-
-
-def _friendly(err: OmegaConfBaseException, source: str) -> ConfigError:
-    key = getattr(err, "full_key", None) or ""
-    value = getattr(err, "value", None)
-    if isinstance(err, ConfigKeyError | ConfigAttributeError):
-        return ConfigError(f"unknown config key '{key}' in {source}{_suggest(key)}")
-    if isinstance(err, ValidationError):
-        return ConfigError(
-            f"config key '{key}' got {value!r} from {source}, but it must be {_field_type(key)}; fix the value"
-        )
-    return ConfigError(f"config error in {source} at '{key}': {err.msg if hasattr(err, 'msg') else err}")
-
-
 def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """Defaults <- YAML file <- ``key.sub=value`` overrides, checked, as a plain :class:`Config`.
 
@@ -365,7 +320,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tu
     would otherwise be copied into the run name and every file of the run); ``${key.sub}`` references to other
     keys are allowed and are written out resolved.
     """
-    from mirl.config_files import read_config_file, refuse_resolvers  # import ConfigError from here
+    from mirl.config_files import friendly_error, read_config_file, refuse_resolvers  # they import ConfigError
 
     merged = OmegaConf.structured(Config)
     sources = []
@@ -377,7 +332,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tu
         try:
             sources.append((OmegaConf.from_dotlist([item]), f"override {item!r}"))
         except OmegaConfBaseException as err:
-            raise _friendly(err, f"override {item!r}") from None
+            raise friendly_error(err, f"override {item!r}") from None
         except yaml.YAMLError as err:  # the value is read as YAML: a control character, an unclosed [ or {
             reason = " ".join(str(err).split("\n")[0].split())
             raise ConfigError(
@@ -390,11 +345,11 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tu
         try:
             merged = OmegaConf.merge(merged, source)
         except OmegaConfBaseException as err:
-            raise _friendly(err, name) from None
+            raise friendly_error(err, name) from None
     try:
         config = OmegaConf.to_object(merged)
     except OmegaConfBaseException as err:
-        raise _friendly(err, "the merged config") from None
+        raise friendly_error(err, "the merged config") from None
     from mirl.config_checks import validate  # the invariants live beside the tree; imported here to avoid a cycle
 
     validate(config)

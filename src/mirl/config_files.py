@@ -1,18 +1,22 @@
-"""Reading a config file: a bounded, alias-free YAML mapping with no resolver interpolations.
+"""Reading a config file: a bounded, alias-free YAML mapping with no resolver interpolations; and the one-line
+message for an OmegaConf error (unknown key with the nearest valid one, wrong type with the expected one).
 
 Used by :func:`mirl.config.load_config`; every refusal is a :class:`mirl.config.ConfigError` naming the file.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
+from dataclasses import fields, is_dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
 
-from mirl.config import ConfigError
+from mirl.config import Config, ConfigError
 
 _MAX_CONFIG_BYTES = 1 << 20  # a config is a few KB; anything near a megabyte is not one
 
@@ -62,3 +66,48 @@ def refuse_resolvers(node, source: str, prefix: str = "") -> None:
                 f"config key '{where}' in {source} uses the interpolation {value!r}; resolvers such as "
                 "${oc.env:...} are refused so that no environment variable is copied into the run; write the value"
             )
+
+
+def _all_keys(cls: type, prefix: str = "") -> list[str]:
+    keys = []
+    for f in fields(cls):
+        key = f"{prefix}{f.name}"
+        keys.append(key)
+        default = f.default_factory() if callable(f.default_factory) else f.default  # type: ignore[misc]
+        if is_dataclass(default):
+            keys.extend(_all_keys(type(default), key + "."))
+    return keys
+
+
+def _field_type(key: str) -> str:
+    cls: Any = Config
+    annotation: Any = "a valid value"
+    for part in key.split("."):
+        match = {f.name: f for f in fields(cls)}.get(part) if is_dataclass(cls) else None
+        if match is None:
+            return str(annotation)
+        annotation = match.type
+        default = match.default_factory() if callable(match.default_factory) else match.default
+        cls = type(default)
+    return f"of type {annotation}"
+
+
+def _suggest(key: str) -> str:
+    close = difflib.get_close_matches(key, _all_keys(Config), n=1, cutoff=0.5)
+    if not close:
+        leaf = key.rsplit(".", 1)[-1]
+        close = [k for k in _all_keys(Config) if k.rsplit(".", 1)[-1] == leaf][:1]
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def friendly_error(err: OmegaConfBaseException, source: str) -> ConfigError:
+    """The one-line ConfigError for an OmegaConf error met while reading ``source``."""
+    key = getattr(err, "full_key", None) or ""
+    value = getattr(err, "value", None)
+    if isinstance(err, ConfigKeyError | ConfigAttributeError):
+        return ConfigError(f"unknown config key '{key}' in {source}{_suggest(key)}")
+    if isinstance(err, ValidationError):
+        return ConfigError(
+            f"config key '{key}' got {value!r} from {source}, but it must be {_field_type(key)}; fix the value"
+        )
+    return ConfigError(f"config error in {source} at '{key}': {err.msg if hasattr(err, 'msg') else err}")
