@@ -18,6 +18,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SPEC = importlib.util.spec_from_file_location("credit_analyze", ROOT / "studies" / "credit" / "analyze.py")
 analyze = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(analyze)
+DEPTH_SPEC = importlib.util.spec_from_file_location("credit_depth", ROOT / "studies" / "credit" / "depth.py")
+depth = importlib.util.module_from_spec(DEPTH_SPEC)
+DEPTH_SPEC.loader.exec_module(depth)
 
 CONFIG = {"validation": {"num_instances": 16, "group_size": 1}}
 
@@ -136,3 +139,27 @@ def test_the_spec_plans_three_paired_arms():
     assert all(c.envs[0].name == "sokoban" and c.filter.strategy == "none" for c in configs.values())
     assert yaml.safe_load((ROOT / "studies" / "credit" / "spec.yaml").read_text())["seeds"] == [1, 2, 3]
     json.dumps([r.overrides for r in runs])  # plain strings
+
+
+def episode(group, keys, rewards):
+    turns = [{"state_key": k, "reward": r} for k, r in zip(keys, rewards, strict=True)]
+    return {"group": group, "return": sum(rewards), "turns": turns}
+
+
+def test_depth_split_tells_position_from_same_state_differences(tmp_path):
+    stuck = ["P1,1"] * 3  # every action invalid: the start state at every depth
+    # group 0: both samples stay put; returns-to-go differ only by depth
+    # group 1: tied returns (-0.2); at depth 0 both samples are in the start state with different returns-to-go
+    group_1 = [episode(1, ["P1,1", "P1,2", "P1,1"], [-0.1, 0.0, -0.1]), episode(1, stuck, [-0.1, -0.1, 0.0])]
+    assert depth.group_signal([episode(0, stuck, [-0.1] * 3)] * 2) == (True, False)
+    assert depth.group_signal(group_1) == (True, True)
+    rollouts = tmp_path / "runs" / "a_s1" / "rollouts"
+    rollouts.mkdir(parents=True)
+    spread = [episode(2, stuck, [-0.1] * 3), episode(2, stuck, [1.0, -0.1, -0.1])]  # not tied: not counted
+    lines = [json.dumps(e) for e in [episode(0, stuck, [-0.1] * 3)] * 2 + group_1 + spread]
+    (rollouts / "iteration_000001.jsonl").write_text("\n".join(lines) + "\n")
+    # unchanged: 2 in each of the 5 episodes that never move (group 0's two, group 1's second, group 2's two)
+    assert depth.run_counts(tmp_path / "runs" / "a_s1") == {
+        "tied": 2, "step": 2, "same_depth": 1, "turns": 18, "unchanged": 10
+    }  # fmt: skip
+    assert doctest.testmod(depth).failed == 0
