@@ -131,6 +131,20 @@ def test_step_groups_without_shared_states_are_episode_advantages():
     torch.testing.assert_close(step_group_advantages(rewards, mask, distinct), episode[..., None].expand(1, 3, 2))
 
 
+def test_a_state_revisited_at_other_depths_gets_step_signal_from_position_alone():
+    # two samples whose every action is invalid: both stay in state 0 for 3 turns at -0.1 each, so the episodes tie
+    # and the replies are equally bad, yet the one step group pools depths 0-2, whose returns-to-go differ
+    rewards = torch.full((1, 2, 3), -0.1, dtype=torch.float64)
+    mask = torch.ones(1, 2, 3, dtype=torch.bool)
+    same_state = torch.zeros(1, 2, 3, dtype=torch.long)
+    advantages = step_group_advantages(rewards, mask, same_state, gamma=0.95)
+    assert torch.equal(advantages[0, 0], advantages[0, 1])  # no difference between the samples
+    assert advantages[0, 0, 0] < 0 < advantages[0, 0, 2]  # the first turn blamed, the last credited: position only
+    # keyed by (state, depth) instead, as a user can do by putting the turn index into info["state_key"]
+    by_depth = torch.arange(3).expand(1, 2, 3)
+    assert torch.count_nonzero(step_group_advantages(rewards, mask, by_depth, gamma=0.95)) == 0
+
+
 def test_discounted_returns_skip_masked_turns_and_ignore_nan():
     rewards = torch.tensor([[[1.0, float("nan"), 2.0]]])
     mask = torch.tensor([[[True, False, True]]])
