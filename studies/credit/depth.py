@@ -26,6 +26,9 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+import torch
+
+from mirl.algorithms import discounted_returns
 from mirl.report.rundir import read_episodes
 
 GAMMA = 0.95  # the spec's credit_gamma
@@ -33,16 +36,11 @@ EPS = 1e-6
 
 
 def returns_to_go(rewards: list[float], gamma: float = GAMMA) -> list[float]:
-    """G_u = sum_{j >= u} gamma^(j - u) r_j.
-
-    >>> [round(g, 3) for g in returns_to_go([-0.1, -0.1, -0.1, -0.1])]
-    [-0.371, -0.285, -0.195, -0.1]
-    """
-    out, acc = [], 0.0
-    for r in reversed(rewards):
-        acc = r + gamma * acc
-        out.append(acc)
-    return out[::-1]
+    """One episode's G_u = sum_{j >= u} gamma^(j - u) r_j, from the estimators' own ``discounted_returns``."""
+    if not rewards:
+        return []
+    r = torch.tensor([[rewards]], dtype=torch.float64)  # (1, 1, U)
+    return discounted_returns(r, torch.ones_like(r, dtype=torch.bool), gamma)[0, 0].tolist()
 
 
 def _spread(values: list[float]) -> bool:

@@ -162,4 +162,6 @@ def test_depth_split_tells_position_from_same_state_differences(tmp_path):
     assert depth.run_counts(tmp_path / "runs" / "a_s1") == {
         "tied": 2, "step": 2, "same_depth": 1, "turns": 18, "unchanged": 10
     }  # fmt: skip
-    assert doctest.testmod(depth).failed == 0
+    assert depth.returns_to_go([-0.1] * 4) == pytest.approx(
+        [-0.1 * (1 + 0.95 + 0.95**2 + 0.95**3), -0.1 * (1 + 0.95 + 0.95**2), -0.1 * 1.95, -0.1]
+    )
