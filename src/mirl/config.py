@@ -26,7 +26,8 @@ class ConfigError(UserError, ValueError):
 
 @dataclass
 class ModelConfig:
-    # hub id, local directory, .gguf file, or the built-in offline default "smollm2-135m-instruct"
+    # hub id, local directory, .gguf file, or a built-in: the offline default "smollm2-135m-instruct" or the
+    # model organism "keysum-organism" (docs/organism.md)
     name: str = "smollm2-135m-instruct"
     # "auto" (float32 on CPU, bfloat16 on GPU), "float32", "bfloat16", "float16"
     dtype: str = "auto"
@@ -97,6 +98,10 @@ class RolloutConfig:
     format_example: bool = False
     # prompts per generate call at most (all active episodes are batched up to this)
     generation_batch_size: int = 128
+    # reward added to a turn whose reasoning Z matches wording_regex (a positive control; docs/rollouts.md)
+    wording_bonus: float = 0.0
+    # Python regex searched (re.search) in each turn's reasoning Z, never its answer; "" = off
+    wording_regex: str = ""
 
 
 @dataclass

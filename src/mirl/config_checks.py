@@ -94,6 +94,7 @@ RANGES: dict[str, Range] = {
     "rollout.context_window": AT_LEAST_ONE,
     "rollout.max_context_tokens": AT_LEAST_ONE,
     "rollout.generation_batch_size": AT_LEAST_ONE,
+    "rollout.wording_bonus": Range(-INF),
     "algorithm.eps_low": Range(0, 1, hi_open=True),  # the ratio's lower clip 1 - eps_low must stay > 0
     "algorithm.eps_high": NON_NEGATIVE,
     "algorithm.dual_clip": Range(1, lo_open=True),
@@ -213,6 +214,7 @@ def _check_relations(config: Config) -> None:
             "set rollout.group_size=8 or algorithm.preset=ppo"
         )
     _check_credit(config)
+    _check_wording(config)
     if config.model.backend == "vllm" and config.rollout.top_p < 1.0:
         raise ConfigError(
             f"model.backend=vllm needs rollout.top_p=1 (vLLM reports log-probs after top-p truncation), got "
@@ -252,6 +254,16 @@ def _check_credit(config: Config) -> None:
             f"filter.signal=turn scores groups by the spread of turn advantages (filter.statistic std or var), got "
             f"filter.statistic={config.filter.statistic}; set filter.statistic=std or filter.signal=episode"
         )
+
+
+def _check_wording(config: Config) -> None:
+    """The wording bonus's regex compiles, and a nonzero bonus has one (mirl.rollout.reasoning_measures)."""
+    from mirl.rollout.reasoning_measures import check_wording
+
+    try:
+        check_wording(config.rollout.wording_regex, config.rollout.wording_bonus)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
 
 
 def _check_lists(config: Config) -> None:

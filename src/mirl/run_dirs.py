@@ -46,7 +46,10 @@ def looks_like_path(name: str) -> bool:
     return Path(name.split("/", 1)[0]).is_dir()
 
 
-def check_model_name(name: str, builtins: tuple[str, ...] = ("smollm2-135m-instruct",), probe_hub: bool = True) -> None:
+BUILTIN_NAMES = ("smollm2-135m-instruct", "keysum-organism")  # names mirl.policy.sources resolves itself
+
+
+def check_model_name(name: str, builtins: tuple[str, ...] = BUILTIN_NAMES, probe_hub: bool = True) -> None:
     """Refuse, before any download, a model name that cannot be loaded: a path that does not exist, or (with
     ``probe_hub``) a hub id that is not in the local Hugging Face cache while the hub cannot be reached (one TCP
     connection attempt, :func:`hub_reachable`) or ``HF_HUB_OFFLINE`` is set."""

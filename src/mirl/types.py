@@ -57,7 +57,7 @@ class Turn:
     observation: str  # the state text shown in this turn's user message
     reasoning_span: tuple[int, int] | None  # [start, end) into response_ids of Z: between the tags, stripped
     actions: tuple[str, ...]  # parsed actions, in order, capped at the per-turn limit
-    reward: float  # env rewards of this turn's actions plus the format penalty, if any
+    reward: float  # env rewards of this turn's actions plus the format penalty and the wording bonus, if any
     format_valid: bool  # the reply matched <think>...</think><answer>...</answer>
     actions_valid: bool  # format_valid and every action legal
     # "stop", "eos", "length" (max_new_tokens) or "context" (cut at the context budget / the model's positions)
@@ -100,7 +100,7 @@ class Episode:
 
     @property
     def total_reward(self) -> float:
-        """The episode return: env rewards plus format penalties over all turns."""
+        """The episode return: env rewards plus format penalties (and wording bonuses) over all turns."""
         return float(sum(turn.reward for turn in self.turns))
 
     @property

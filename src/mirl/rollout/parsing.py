@@ -17,6 +17,10 @@ character split over several tokens (byte-level BPE) belongs to all of them: the
 the first byte of Z's first character and ends after the token holding the last byte of Z's last character (a
 prefix cut inside a character decodes to one trailing U+FFFD, which marks the character as started).
 
+Reasoning text (:func:`reasoning_text`, what the scorer-free measures and the wording bonus read, no tokenizer
+needed): Z as above; a reply without ``</think>`` has the text after ``<think>`` up to the first ``<answer>``, or to
+the end of the reply, stripped (special tokens such as an end-of-turn token are kept).
+
 Open reasoning (``open_ended=True``, the diagnostics' ``reasoning: open``): a reply that never closes
 ``</think>`` still has a Z, the text from ``<think>`` up to the first ``<answer>`` or special token (end of turn),
 or to the end of the reply. Small models often write their reasoning and stop without the closing tag.
@@ -81,6 +85,22 @@ def parse_reply(text: str, action_words: Sequence[str] | None, max_actions: int)
     actions = tuple(canonical.get(piece.lower(), piece) for piece in pieces)
     legal = tuple(piece.lower() in canonical for piece in pieces)
     return ParsedReply(True, thought, answer, actions, legal)
+
+
+def reasoning_text(response_text: str) -> str:
+    """Z of a reply as text (module docstring): between ``<think>`` and the first ``</think>``, or, without
+    ``</think>``, up to the first ``<answer>`` or the end; stripped. A leading ``<think>`` is not part of it.
+
+    >>> reasoning_text("<think> b 5 </think><answer>5</answer>"), reasoning_text("<think>b 5 <answer>5</answer>")
+    ('b 5', 'b 5')
+    >>> reasoning_text("<think>cut off here")
+    'cut off here'
+    """
+    text = response_text.removeprefix(THINK_OPEN)
+    close = text.find(THINK_CLOSE)
+    if close < 0:
+        close = text.find(ANSWER_OPEN)
+    return (text if close < 0 else text[:close]).strip()
 
 
 def decode(tokenizer, ids: Sequence[int]) -> str:

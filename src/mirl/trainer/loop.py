@@ -133,7 +133,7 @@ def run_iteration(
         episodes, refills = stages.collect(policy, config, iteration, sampling_seed=seed, progress=progress)
     returns = stages.group_returns(episodes, P, K)  # (P, K)
     turns = credit.turn_table(episodes, P, K)  # per-turn rewards and state keys, (P, K, U)
-    metrics = stages.rollout_metrics(episodes) | {"rollout/refill_rounds": float(refills)}
+    metrics = stages.rollout_metrics(episodes, config.rollout.wording_regex) | {"rollout/refill_rounds": float(refills)}
     if config.diagnostics.enabled and is_scheduled(iteration, config.diagnostics.every):
         with timer("scoring"), _work(sinks, "scoring", "tokens") as progress:
             metrics |= run_diagnostics(

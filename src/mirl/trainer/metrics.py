@@ -79,6 +79,28 @@ CATALOGUE: tuple[Metric, ...] = (
     ),
     Metric("rollout/episodes", "P * K (after dynamic-sampling refills)", "episodes"),
     Metric("rollout/refill_rounds", "dynamic-sampling rounds used this iteration", "rounds"),
+    Metric(
+        "rollout/wording_bonus_frac",
+        "turns whose reasoning Z matches rollout.wording_regex (re.search) / all turns; logged when that regex is set",
+        "fraction",
+    ),
+    # reasoning: scorer-free measures of the batch's reasonings Z (mirl.rollout.reasoning_measures)
+    Metric(
+        "reasoning/grounded_frac",
+        "turns the env's reasoning_kind labels grounded / turns it labels; absent when no env has reasoning_kind",
+        "fraction",
+    ),
+    Metric("reasoning/template_frac", "turns labelled template / labelled turns (as grounded_frac)", "fraction"),
+    Metric(
+        "reasoning/cross_input_overlap",
+        "mean Jaccard of word-bigram sets over pairs of Z from different prompt groups (<= 256 Z)",
+        "fraction",
+    ),
+    Metric(
+        "reasoning/within_input_overlap",
+        "mean Jaccard of word-bigram sets over pairs of Z from one prompt group at one turn index (<= 256 Z)",
+        "fraction",
+    ),
     # filter: SNR-Aware Filtering on the (P, K) returns
     Metric("filter/kept_count", "groups kept by the selection rule", "groups"),
     Metric("filter/kept_ratio", "kept_count / P", "fraction"),

@@ -14,6 +14,7 @@ from mirl.config import Config, FilterConfig
 from mirl.filtering import Selection, select_groups, select_trajectories
 from mirl.filtering.metrics import selection_metrics
 from mirl.rollout import collate
+from mirl.rollout.reasoning_measures import reasoning_metrics, wording_bonus_frac
 from mirl.trainer.episode_progress import EpisodeTurns, play_counted
 from mirl.trainer.specs import train_specs
 from mirl.types import Episode, RolloutBatch
@@ -196,7 +197,9 @@ def _forward_logprobs(fn, batch: RolloutBatch) -> torch.Tensor:
     return torch.cat(parts)
 
 
-def rollout_metrics(episodes: list[Episode]) -> dict[str, float]:
+def rollout_metrics(episodes: list[Episode], wording_regex: str = "") -> dict[str, float]:
+    """The ``rollout/*`` and ``reasoning/*`` keys of a batch (trainer/metrics.py); ``rollout/wording_bonus_frac``
+    only with a ``wording_regex`` (the run's ``rollout.wording_regex``)."""
     turns = [turn for episode in episodes for turn in episode.turns]
     returns = torch.tensor([e.total_reward for e in episodes], dtype=torch.float64)
     n_turns = max(1, len(turns))
@@ -219,7 +222,9 @@ def rollout_metrics(episodes: list[Episode]) -> dict[str, float]:
         mine = [e for e in episodes if e.spec.env == env]
         metrics[f"rollout/success/{env}"] = sum(e.success for e in mine) / len(mine)
         metrics[f"rollout/return/{env}"] = sum(e.total_reward for e in mine) / len(mine)
-    return metrics
+    if wording_regex:
+        metrics["rollout/wording_bonus_frac"] = wording_bonus_frac(episodes, wording_regex)
+    return metrics | reasoning_metrics(episodes)
 
 
 def kept_batch(episodes: list[Episode], rows: torch.Tensor, pad_id: int) -> tuple[list[Episode], RolloutBatch | None]:

@@ -17,10 +17,11 @@ def validate(policy, config: Config, progress: Callable[[int, int], None] | None
     """success, return, pass@K and action validity, overall and per env (``val/*`` keys).
 
     ``progress(done, total)``, if given, counts episode turns (:mod:`mirl.trainer.episode_progress`): total =
-    episodes x ``rollout.max_turns``, from ``(0, total)`` to ``(total, total)``.
+    episodes x ``rollout.max_turns``, from ``(0, total)`` to ``(total, total)``. The wording bonus is a training
+    reward only: validation plays without it, so ``val/return`` is the task's return.
     """
     K = config.validation.group_size
-    rollout = dataclasses.replace(config.rollout, temperature=config.validation.temperature)
+    rollout = dataclasses.replace(config.rollout, temperature=config.validation.temperature, wording_bonus=0.0)
     specs = validation_specs(config)
     counter = EpisodeTurns(progress, len(specs) * K, rollout.max_turns)
     episodes = play_counted(policy, specs, K, rollout, VALIDATION_SAMPLING_SEED, counter)

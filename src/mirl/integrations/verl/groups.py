@@ -97,7 +97,7 @@ def select_rows(rows: Sequence[Row], config: Config) -> StepSelection:
     returns = torch.tensor([[r.reward for r in groups[uid]] for uid in uids], dtype=torch.float64)  # (P, K)
     selection, keep = stages.select(returns, config)  # keep: (P, K) bool
     labels = label_groups(episodes, returns, success_threshold=config.filter.success_threshold)
-    metrics = stages.rollout_metrics(episodes)
+    metrics = stages.rollout_metrics(episodes, config.rollout.wording_regex)
     metrics |= {f"filter/{k}": v for k, v in (selection.metrics | label_counts(labels)).items()}
     kept = {groups[uid][k].key for p, uid in enumerate(uids) for k in range(returns.shape[1]) if keep[p, k]}
     metrics["filter/kept_trajectories"] = float(len(kept))

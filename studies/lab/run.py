@@ -1,0 +1,136 @@
+"""Runs the organism study's arms through ``mirl train`` and commits each finished run's config, metrics, summary
+and log to git as it ends (studies/lab/README.md).
+
+    python studies/lab/run.py --seeds 0 --arms floor,b-low,f-low,p     # the calibration seed
+    python studies/lab/run.py --seeds 1,2,3,4,5 --jobs 2                # the registered runs
+
+Each (arm, seed) trains ``configs/lab/<arm>.yaml`` with ``trainer.seed=<seed>`` into ``studies/runs/lab/<arm>_s<seed>``
+(not under version control) and, when it finishes, copies ``config.yaml``, ``metrics.jsonl``, ``summary.json`` and
+the log into ``studies/results/lab/<arm>_s<seed>/`` and commits them. Resumable: a run whose results are committed is
+skipped, a run directory with a checkpoint is resumed. S-low of a seed waits for F-low of that seed: its entropy and
+KL coefficients are B-low's times F-low's mean ``filter/kept_ratio``. Each training process uses one thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNS = ROOT / "studies" / "runs" / "lab"
+RESULTS = ROOT / "studies" / "results" / "lab"
+ORDER = ("floor", "b-low", "f-low", "p", "s-low", "b-high")
+KEPT = ("config.yaml", "metrics.jsonl", "summary.json", "train.log")
+
+
+def mirl() -> list[str]:
+    """The ``mirl`` command of this interpreter's environment."""
+    return [sys.executable, "-m", "mirl"]
+
+
+def finished(arm: str, seed: int) -> bool:
+    summary = RESULTS / f"{arm}_s{seed}" / "summary.json"
+    return summary.is_file() and json.loads(summary.read_text(encoding="utf-8")).get("status") == "finished"
+
+
+def s_low_overrides(seed: int) -> list[str]:
+    """B-low's regularisers scaled by F-low's mean kept share of the same seed."""
+    import yaml
+
+    base = yaml.safe_load((ROOT / "configs" / "lab" / "b-low.yaml").read_text(encoding="utf-8"))["algorithm"]
+    lines = (RESULTS / f"f-low_s{seed}" / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    kept = [json.loads(line)["filter/kept_ratio"] for line in lines if line.strip()]
+    share = sum(kept) / len(kept)
+    return [
+        f"algorithm.entropy_coef={base['entropy_coef'] * share:.6g}",
+        f"algorithm.kl_coef={base['kl_coef'] * share:.6g}",
+    ]
+
+
+def train(arm: str, seed: int) -> None:
+    name = f"{arm}_s{seed}"
+    run_dir = RUNS / name
+    log = RUNS / f"{name}.log"
+    RUNS.mkdir(parents=True, exist_ok=True)
+    if (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").iterdir()):
+        command = [*mirl(), "train", "--resume", str(run_dir)]
+    else:
+        overrides = s_low_overrides(seed) if arm == "s-low" else []
+        shutil.rmtree(run_dir, ignore_errors=True)
+        command = [*mirl(), "train", str(ROOT / "configs" / "lab" / f"{arm}.yaml"), f"trainer.seed={seed}",
+                   f"trainer.name={name}", f"trainer.output_dir={RUNS}", *overrides]  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    with log.open("a", encoding="utf-8") as out:
+        status = subprocess.run(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, check=False)
+    if status.returncode != 0:
+        raise RuntimeError(f"{name} exited {status.returncode}; see {log}")
+    target = RESULTS / name
+    target.mkdir(parents=True, exist_ok=True)
+    for file in KEPT[:-1]:
+        shutil.copyfile(run_dir / file, target / file)
+    shutil.copyfile(log, target / KEPT[-1])
+    commit(target, f"Organism study: {name} finished; its config, summary, metrics and log")
+
+
+def commit(path: Path, message: str) -> None:
+    """``git add`` + ``git commit`` of ``path`` only, one committer at a time."""
+    with (RUNS / ".git-lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        subprocess.run(["git", "add", str(path)], cwd=ROOT, check=True)
+        subprocess.run(["git", "commit", "-q", "-m", message, "--", str(path)], cwd=ROOT, check=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", default="1,2,3,4,5")
+    parser.add_argument("--arms", default=",".join(ORDER))
+    parser.add_argument("--jobs", type=int, default=1)
+    args = parser.parse_args(argv)
+    arms = [a for a in ORDER if a in args.arms.split(",")]
+    queue = [(a, int(s)) for s in args.seeds.split(",") for a in arms if not finished(a, int(s))]
+    lock, failures = threading.Lock(), []
+    running: set[tuple[str, int]] = set()
+
+    def worker() -> None:
+        while True:
+            with lock:
+                ready = [job for job in queue if not (job[0] == "s-low" and not finished("f-low", job[1]))]
+                if not ready:
+                    if not queue or not running:
+                        return
+                    job = None
+                else:
+                    job = ready[0]
+                    queue.remove(job)
+                    running.add(job)
+            if job is None:
+                threading.Event().wait(10)
+                continue
+            print(f"start {job[0]}_s{job[1]}", flush=True)
+            try:
+                train(*job)
+                print(f"done {job[0]}_s{job[1]}", flush=True)
+            except Exception as error:  # one failed run must not stop the others; it is reported at the end
+                failures.append(f"{job[0]}_s{job[1]}: {error}")
+            with lock:
+                running.discard(job)
+
+    threads = [threading.Thread(target=worker) for _ in range(args.jobs)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for failure in failures:
+        print(f"failed: {failure}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
