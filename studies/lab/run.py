@@ -32,7 +32,7 @@ KEPT = ("config.yaml", "metrics.jsonl", "summary.json", "train.log")
 
 def mirl() -> list[str]:
     """The ``mirl`` command of this interpreter's environment."""
-    return [sys.executable, "-m", "mirl"]
+    return [sys.executable, "-m", "mirl.cli"]
 
 
 def finished(arm: str, seed: int) -> bool:
