@@ -121,12 +121,14 @@ def first_below(values: list[float], line: float, start: int = 0) -> int | None:
 def lead_check(run: dict[str, list[float]], floor: Floor) -> dict:
     """Criterion (b) on one run: after the best retrieval window b (:func:`best_window`), the first window where
     retrieval is 3 floor SDs below its value at b, and the first where success is 3 floor SDs below its value at b;
-    passes when retrieval crosses and success crosses at least one window later (or never)."""
+    passes when retrieval crosses and success crosses at least one window later (or never), and only in a run
+    where (a) passes (amended before any treatment run: as first written, 49 % of null runs passed)."""
     r, s = run["retrieval"], run["success"]
     b = best_window(r)
     t_r = first_below(r, r[b] - 3 * floor.sd["retrieval"], b)
     t_s = first_below(s, s[b] - 3 * floor.sd["success"], b)
-    return {"t_retrieval": t_r, "t_success": t_s, "pass": t_r is not None and (t_s is None or t_s >= t_r + 1)}
+    leads = t_r is not None and (t_s is None or t_s >= t_r + 1)
+    return {"t_retrieval": t_r, "t_success": t_s, "pass": leads and collapse_check(run, floor)["pass"]}
 
 
 def control_check(run: dict[str, list[float]], floor: Floor) -> dict:

@@ -47,10 +47,13 @@ def test_collapse_check_passes_a_collapse_and_not_degeneration_or_learning():
 def test_lead_check_counts_windows_between_the_two_crossings():
     retrieval = [0.5, 0.6, 0.6, 0.55, 0.5, 0.4, 0.4, 0.4]  # best at 1; below 0.6 - 0.03 first at window 3
     success = [0.5, 0.5, 0.5, 0.5, 0.45, 0.4, 0.4, 0.4]  # S(b) = 0.5; below 0.47 first at window 4
-    result = lab.lead_check(run(retrieval=retrieval, success=success), FLOOR)
+    template = [0.3] * 3 + [0.5] * 5  # the template share rises: (a) passes too
+    result = lab.lead_check(run(retrieval=retrieval, success=success, template=template), FLOOR)
     assert (result["t_retrieval"], result["t_success"], result["pass"]) == (3, 4, True)
-    same_time = lab.lead_check(run(retrieval=retrieval, success=[0.5, 0.5, 0.5] + [0.4] * 5), FLOOR)
-    assert same_time["t_success"] == 3 and not same_time["pass"]
+    same_time = run(retrieval=retrieval, success=[0.5, 0.5, 0.5] + [0.4] * 5, template=template)
+    assert lab.lead_check(same_time, FLOOR)["t_success"] == 3 and not lab.lead_check(same_time, FLOOR)["pass"]
+    # the same lead in a run where (a) does not pass (no template rise) does not count
+    assert not lab.lead_check(run(retrieval=retrieval, success=success), FLOOR)["pass"]
 
 
 def test_control_check_needs_retrieval_first_and_entropy_in_band():
