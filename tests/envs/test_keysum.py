@@ -1,0 +1,92 @@
+"""KeySum: rewards by hand, the noise knob, the disjoint key splits, invalid answers, the reasoning labels."""
+
+import numpy as np
+import pytest
+
+from mirl.envs import make
+from mirl.envs.lab.keysum import (
+    KeySumEnv,
+    key_in_split,
+    parse_observation,
+    solution_reasoning,
+    states_symbols,
+    template_reasoning,
+)
+
+
+def play_correctly(env):
+    rewards = []
+    done = False
+    while not done:
+        _, reward, done, _, info = env.step(str(env.answer()))
+        rewards.append(reward)
+    return rewards, info
+
+
+def test_correct_answers_earn_one_a_question_and_success():
+    env = make("keysum")
+    observation, info = env.reset(seed=4)
+    key, letters = parse_observation(observation)
+    assert env.answer() == sum(key[x] for x in letters) % 8 and not info["success"]
+    rewards, info = play_correctly(env)
+    assert rewards == [1.0, 1.0] and info["success"] and env.render() == "done"
+
+
+def test_a_wrong_answer_earns_zero_and_no_success_and_an_invalid_one_keeps_the_question():
+    env = make("keysum")
+    first, _ = env.reset(seed=4)
+    for bad in ("8", "12", "four", "", " "):
+        observation, reward, done, _, info = env.step(bad)
+        assert (observation, reward, done, info["action_valid"]) == (first, 0.0, False, False)
+    wrong = str((env.answer() + 1) % 8)
+    _, reward, _, _, info = env.step(f"  {wrong} ")
+    assert reward == 0.0 and info["action_valid"]
+    _, reward, done, _, info = env.step(str(env.answer()))
+    assert reward == 1.0 and done and not info["success"]  # one of two right
+
+
+def test_hard_share_sets_three_letters_and_noise_one_makes_reward_chance():
+    hard = make("keysum", hard_share=1.0)
+    assert all(len(parse_observation(hard.reset(seed=s)[0])[1]) == 3 for s in range(20))
+    easy = make("keysum", hard_share=0.0)
+    assert all(len(parse_observation(easy.reset(seed=s)[0])[1]) == 2 for s in range(20))
+    noisy = make("keysum", noise=1.0)
+    rewards = []
+    for seed in range(400):
+        noisy.reset(seed=seed)
+        rewards += play_correctly(noisy)[0]
+    # every answer replaced by a uniform symbol: 800 draws, mean 1/8, binomial SD sqrt(p(1-p)/800) = 0.0117
+    assert abs(np.mean(rewards) - 0.125) < 4 * 0.0117
+
+
+def test_train_and_validation_keys_are_disjoint_and_cover_every_key():
+    keys = [tuple(int(d) for d in np.base_repr(k, 8).zfill(4)) for k in range(8**4)]
+    validation = {k for k in keys if key_in_split(k, "validation", 0.2)}
+    train = {k for k in keys if key_in_split(k, "train", 0.2)}
+    assert not validation & train and len(validation | train) == 4096 and len(validation) == round(0.2 * 4096)
+    for split, allowed in (("train", train), ("validation", validation)):
+        env = make("keysum", split=split)
+        for seed in range(50):
+            key, _ = parse_observation(env.reset(seed=seed)[0])
+            assert tuple(key[x] for x in "abcd") in allowed
+
+
+def test_reasoning_labels_against_the_solver():
+    env = make("keysum", hard_share=1.0)
+    observation, _ = env.reset(seed=1)
+    key, letters = parse_observation(observation)
+    grounded = solution_reasoning(key, letters)
+    assert KeySumEnv.reasoning_kind(observation, grounded) == "grounded"
+    assert KeySumEnv.reasoning_kind(observation, template_reasoning(np.random.default_rng(0))) == "template"
+    wrong = grounded.replace(f"{letters[0]} {key[letters[0]]}", f"{letters[0]} {(key[letters[0]] + 1) % 8}", 1)
+    assert KeySumEnv.reasoning_kind(observation, wrong) == "other"
+    assert KeySumEnv.reasoning_kind("done", grounded) is None
+    assert states_symbols(observation, "") is False
+
+
+@pytest.mark.parametrize(
+    ("option", "value"), [("key_size", 1), ("questions", 0), ("hard_share", 1.5), ("noise", -0.1), ("split", "test")]
+)
+def test_bad_options_are_refused_with_the_fix(option, value):
+    with pytest.raises(ValueError, match=option):
+        make("keysum", **{option: value})
