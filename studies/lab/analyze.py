@@ -173,15 +173,37 @@ def interval_verdict(intervals: list[tuple[float, float, float]]) -> str:
     return "fails" if any(high <= 0 for _, _, high in intervals) else "inconclusive"
 
 
-def load(results: Path) -> dict[tuple[str, int], dict[str, list[float]]]:
+def load(results: Path, width: int = WINDOW) -> dict[tuple[str, int], dict[str, list[float]]]:
     """``{(arm, seed): {measure: window means}}`` for every run directory under ``results``."""
     runs = {}
     for directory in sorted(results.glob("*_s*")):
         arm, _, seed = directory.name.rpartition("_s")
         if arm in ARMS and seed.isdigit() and (directory / "metrics.jsonl").is_file():
             lines = read_metrics(directory / "metrics.jsonl")
-            runs[(arm, int(seed))] = {name: windows(lines, key) for name, key in MEASURES.items()}
+            runs[(arm, int(seed))] = {name: windows(lines, key, width) for name, key in MEASURES.items()}
     return runs
+
+
+def exploratory(results: Path) -> dict:
+    """Not judged (README, "Exploratory"): in P, per seed, the first iteration at which the 3-iteration trailing
+    mean of retrieval, and of success, falls below the Floor band of single iterations; and (p) on 2-iteration
+    windows."""
+    single = load(results, width=1)
+    floor = floor_stats([single[k] for k in single if k[0] == "floor" and k[1] in SEEDS])
+    onsets = {}
+    for seed in SEEDS:
+        run = single.get(("p", seed))
+        if run is None:
+            continue
+        onsets[seed] = {}
+        for name in ("retrieval", "success"):
+            trailing = [statistics.fmean(run[name][max(0, i - 2) : i + 1]) for i in range(len(run[name]))]
+            first = first_below(trailing[2:], floor.mean[name] - 2 * floor.sd[name])
+            onsets[seed][name] = None if first is None else first + 3  # 1-based iteration
+    pairs = load(results, width=2)
+    pair_floor = floor_stats([pairs[k] for k in pairs if k[0] == "floor" and k[1] in SEEDS])
+    checks = {seed: control_check(pairs[("p", seed)], pair_floor) for seed in SEEDS if ("p", seed) in pairs}
+    return {"p_onset_iterations": onsets, "p_on_2_iteration_windows": checks}
 
 
 def analyse(runs: dict[tuple[str, int], dict[str, list[float]]]) -> dict:
@@ -224,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
 
         print(registration_table(runs))
         return 0
-    result = analyse(runs)
+    result = analyse(runs) | {"exploratory": exploratory(args.results)}
     from report import write_report  # noqa: PLC0415  (beside this file)
 
     write_report(args.results, runs, result)

@@ -67,6 +67,15 @@ def markdown(runs: dict, result: dict) -> str:
     if floor:
         stats = [f"{m} {floor['mean'][m]:.3g} +- {floor['sd'][m]:.2g}" for m, _ in PLOTTED if m in floor["mean"]]
         lines += ["", "Floor (mean, SD of window means): " + ", ".join(stats)]
+    extra = result.get("exploratory", {})
+    if extra.get("p_onset_iterations"):
+        lines += ["", "Exploratory (not judged): in P, the first iteration whose 3-iteration trailing mean leaves the "
+                  "Floor band of single iterations, and (p) on 2-iteration windows:", "",
+                  "| seed | retrieval leaves | success leaves | (p) on 2-iteration windows |", "|---|---|---|---|"]  # fmt: skip
+        for seed, onset in extra["p_onset_iterations"].items():
+            check = extra["p_on_2_iteration_windows"].get(seed, {})
+            lines.append(f"| {seed} | {_fmt(onset['retrieval'])} | {_fmt(onset['success'])} | "
+                         f"{'pass' if check.get('pass') else 'no'} |")  # fmt: skip
     return "\n".join(lines) + "\n\n![curves](curves.png)\n"
 
 

@@ -137,3 +137,26 @@ def test_vision_transcripts_show_each_board_beside_its_observation(browser, tmp_
         text, board = entry["text"], entry["board"]
         assert entry["complete"] and entry["width"] == 6 * 28  # a 6 x 6 room at the default cell size
         assert board["left"] >= text["right"] and board["top"] < text["bottom"]  # beside the text, same row
+
+
+ORGANISM = Path(__file__).resolve().parents[2] / "studies" / "results" / "lab"
+
+
+def test_organism_report_and_comparison_render(browser, tmp_path):
+    """The committed calibration runs of the organism study: P's report names where its template collapse set in,
+    and the comparison of B-low and F-low draws both runs' curves."""
+    runs = {}
+    for name in ("p_s0", "b-low_s0", "f-low_s0"):
+        runs[name] = tmp_path / name
+        shutil.copytree(ORGANISM / name, runs[name])
+    report = build_report(runs["p_s0"])
+    page = open_page(browser, report.html_path)
+    assert page["errors"] == []
+    assert page["images"] and all(image["complete"] and image["width"] > 0 for image in page["images"])
+    strip = browser.execute_script("return document.getElementById('verdict').innerText;")
+    assert "template collapse" in strip and "input dependence fell at iteration" in strip
+    comparison = build_comparison([runs["b-low_s0"], runs["f-low_s0"]], tmp_path / "compare.html")
+    page = open_page(browser, comparison.html_path)
+    assert page["errors"] == [] and len(page["images"]) == 1 and page["images"][0]["width"] > 0
+    rows = browser.execute_script("return document.getElementById('sec-summary').innerText;")
+    assert "b-low_s0" in rows and "f-low_s0" in rows

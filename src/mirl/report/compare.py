@@ -23,7 +23,7 @@ from mirl.report.plots import draw, empty_panel, finish, new_figure, png_bytes
 from mirl.report.rundir import RunData, read_run
 from mirl.report.verdict import verdict
 
-VERDICT_COLUMNS = ("success", "validation", "input dependence", "regime", "kept share")
+VERDICT_COLUMNS = ("success", "validation", "input dependence", "regime", "collapse onset", "kept share")
 
 
 def headline(scope: str = "trajectory", family: str = "est") -> tuple[tuple[str, str, str, str], ...]:

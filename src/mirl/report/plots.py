@@ -19,6 +19,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from mirl.report.onset import onset_of
 from mirl.report.rundir import Metrics, Series
 
 SMOOTH_ABOVE = 25
@@ -110,6 +111,18 @@ def _constant_value(ax: Axes) -> float | None:
     return float(values[0])
 
 
+def mark_onset(ax: Axes, metrics: Metrics, scope: str, color) -> None:
+    """A dashed vertical line at ``scope``'s collapse onset (:mod:`mirl.report.onset`), if any, added to the
+    legend; call it after :func:`finish` (the line would otherwise count as data when fitting the y axis)."""
+    found = onset_of(metrics, scope)
+    if found is None:
+        return
+    what = "collapse onset" if found.entropy_held else "R and H(Z|X) fell"
+    label = f"{scope.replace('_', '-')} {what} ({found.iteration})"
+    ax.axvline(found.iteration, color=color, linestyle="--", linewidth=1.0, label=label)
+    ax.legend(fontsize=8, loc="best")
+
+
 def align_x(axes: np.ndarray, metrics: Metrics) -> None:
     """One iteration range on every panel that has data, so sparse diagnostics line up with dense curves."""
     first, last = int(metrics.iterations[0]), int(metrics.iterations[-1])
@@ -186,7 +199,8 @@ def _retrieval_panel(ax: Axes, metrics: Metrics, names: list[str], family: str) 
 
 
 def diagnostics_figure(metrics: Metrics, family: str = "est") -> tuple[Figure | None, list[str]]:
-    """MI family (left column) beside the entropy family (right column), one line per scope."""
+    """MI family (left column) beside the entropy family (right column), one line per scope; for ``est``, each
+    scope's collapse onset is a dashed vertical line on the retrieval and H(Z|X) panels."""
     names = scopes(metrics, family)
     entropy = metrics.get("train/entropy")
     if not names and entropy is None:
@@ -219,6 +233,9 @@ def diagnostics_figure(metrics: Metrics, family: str = "est") -> tuple[Figure | 
         if not _scope_panel(ax, metrics, names, family, stat):
             empty_panel(ax, f"no {stat} logged")
         finish(ax, title, unit, y_range="zero")
+    for index, scope in enumerate(names if family == "est" else ()):  # the onset rule reads the est family
+        for ax in (axes[2, 0], axes[1, 1]):  # retrieval, H(Z|X)
+            mark_onset(ax, metrics, scope, f"C{index}")
     align_x(axes, metrics)
     return figure, notes
 

@@ -13,11 +13,13 @@ The verdict is a health word and a few facts, each with the evidence behind it (
   interval over the M scored pairs;
 - regime: :func:`mirl.diagnostics.regimes.call_run` over the scope's per-iteration labels, with the latest
   H(Z|X) and MI-Est against their thresholds and a plain-language reading;
+- collapse onset: the first iteration at which the scope's retrieval accuracy fell beyond its noise, and whether
+  H(Z|X) stayed up there (template collapse) or fell with it (:mod:`mirl.report.onset`); absent when it never fell;
 - kept share: the filter's mean kept fraction and the iterations that kept nothing.
 
 Health: ``unhealthy`` when the run crashed, never updated, or its regime is a collapse or has no reasoning to
-judge; ``check`` when any warning stands or input dependence is not above chance; ``healthy`` otherwise;
-``no data`` before the first logged iteration.
+judge; ``check`` when any warning stands, input dependence is not above chance, or a collapse onset with H(Z|X)
+held was found; ``healthy`` otherwise; ``no data`` before the first logged iteration.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mirl.diagnostics.regimes import COLLAPSES, NO_REASONING, READINGS, SCORING_TEMPERATURE, Criteria, call_run
+from mirl.report.onset import BAND_SDS, WINDOW, onset_of
 from mirl.report.overview import iterations_done, iterations_planned
 from mirl.report.plots import SCOPE_ORDER
 from mirl.report.rundir import Metrics, RunData, Series
@@ -203,6 +206,28 @@ def regime_fact(run: RunData, scope: str, rules: Criteria) -> tuple[Fact, str, s
     )
 
 
+def onset_fact(metrics: Metrics, scope: str) -> Fact | None:
+    """Where input dependence fell (:func:`mirl.report.onset.collapse_onset`): "bad" when H(Z|X) stayed up
+    (template collapse), "warn" when it fell too (low-entropy collapse or convergence); None when R never fell."""
+    found = onset_of(metrics, scope)
+    if found is None:
+        return None
+    (r_best, r_at), (h_best, h_at), at = found.retrieval, found.entropy, found.iteration
+    numbers = f"retrieval {r_best:.2f} -> {r_at:.2f}, H(Z|X) {h_best:.2f} -> {h_at:.2f} nats/token"
+    detail = (
+        f"{numbers} ({WINDOW}-iteration means at iteration {found.reference}, the best so far, and at {at}); a fall "
+        f"is a drop beyond a band of {BAND_SDS:g} SDs of a {WINDOW}-iteration mean, noise from successive "
+        f"differences; {scope.replace('_', '-')} scope"
+    )
+    if not found.entropy_held:
+        return Fact("collapse onset", f"input dependence and H(Z|X) fell together at iteration {at}", detail, "warn")
+    value = (
+        f"input dependence fell at iteration {at} (retrieval {r_best:.2f} -> {r_at:.2f}) "
+        f"while H(Z|X) stayed up ({h_best:.2f} -> {h_at:.2f} nats/token)"
+    )
+    return Fact("collapse onset", value, detail, "bad")
+
+
 def kept_fact(metrics: Metrics) -> Fact | None:
     kept, empty = metrics.get("filter/kept_ratio"), metrics.get("filter/empty")
     if kept is None:
@@ -250,7 +275,7 @@ def verdict(run: RunData) -> Verdict:
         found = dependence(metrics, scope)
         facts += [found] if found else []
         fact, label, why = regime_fact(run, scope, criteria(run))
-        facts.append(fact)
+        facts += [fact] + [f for f in (onset_fact(metrics, scope),) if f]
         warnings += [why] if why.startswith("too few") else []
         temperature = sample_temperature(run, scope)
         if temperature is not None and temperature != SCORING_TEMPERATURE:
@@ -268,4 +293,5 @@ def _health(status: str, no_update: bool, label: str, facts: list[Fact], warning
     if status == "crashed" or no_update or label in (*COLLAPSES, NO_REASONING):
         return "unhealthy"
     dependent = any(f.label == "input dependence" and f.tone == "ok" for f in facts)
-    return "check" if warnings or not dependent else "healthy"
+    onset = any(f.label == "collapse onset" and f.tone == "bad" for f in facts)
+    return "check" if warnings or not dependent or onset else "healthy"
