@@ -69,9 +69,14 @@ def markdown(runs: dict, result: dict) -> str:
         lines += ["", "Floor (mean, SD of window means): " + ", ".join(stats)]
     extra = result.get("exploratory", {})
     if extra.get("p_onset_iterations"):
-        lines += ["", "Exploratory (not judged): in P, the first iteration whose 3-iteration trailing mean leaves the "
-                  "Floor band of single iterations, and (p) on 2-iteration windows:", "",
-                  "| seed | retrieval leaves | success leaves | (p) on 2-iteration windows |", "|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "",
+            "Exploratory (not judged): in P, the first iteration whose 3-iteration trailing mean leaves the Floor "
+            "band of single iterations, and (p) on 2-iteration windows:",
+            "",
+            "| seed | retrieval leaves | success leaves | (p) on 2-iteration windows |",
+            "|---|---|---|---|",
+        ]
         for seed, onset in extra["p_onset_iterations"].items():
             check = extra["p_on_2_iteration_windows"].get(seed, {})
             lines.append(f"| {seed} | {_fmt(onset['retrieval'])} | {_fmt(onset['success'])} | "
