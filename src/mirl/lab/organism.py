@@ -24,6 +24,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -291,5 +292,7 @@ def cached_organism(cache_dir=None, log=None) -> Path:
 
     target = cache_root(cache_dir) / "models" / f"{NAME}-v{VERSION}"
     if not (target / "config.json").is_file():
+        log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+        log(f"organism: building {NAME} once into {target} (about 2 minutes on 2 cores)")
         build_organism(target, Recipe(), log=log)
     return target
