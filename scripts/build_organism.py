@@ -1,9 +1,9 @@
 """Build the model organism's initial policy (docs/organism.md) and, with --check, run its swap test.
 
-    .venv/bin/python scripts/build_organism.py                 # into the mirl cache (what model.name=keysum-organism loads)
-    .venv/bin/python scripts/build_organism.py --out DIR       # into DIR, an ordinary Hugging Face model directory
-    .venv/bin/python scripts/build_organism.py --check         # then: success from its own, the solver's, a fixed
-                                                               # template's and another instance's reasoning
+    .venv/bin/python scripts/build_organism.py            # into the mirl cache (model.name=keysum-organism)
+    .venv/bin/python scripts/build_organism.py --out DIR  # into DIR, an ordinary Hugging Face model directory
+    .venv/bin/python scripts/build_organism.py --check    # then: success from its own, the solver's, a fixed
+                                                          # template's and another instance's reasoning
 
 The build is deterministic (same recipe, same weights) and takes about two minutes on 2 cores. ``mirl train`` builds
 it on first use anyway; this script is for building it ahead of time, elsewhere, or again (``--force``).
