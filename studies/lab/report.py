@@ -44,7 +44,7 @@ def markdown(runs: dict, result: dict) -> str:
                 f"{m} {mean:+.3f} [{lo:+.3f}, {hi:+.3f}]" for m, (mean, lo, hi) in entry["intervals"].items()
             )
         else:
-            detail = ", ".join(f"seeds {entry.get('seeds', [])}")
+            detail = f"seeds run: {entry.get('seeds', [])}"
         lines.append(f"| ({key}) {title} | **{entry['verdict']}** | {detail} |")
     for key in ("a", "b", "p"):
         if "per_seed" not in result.get(key, {}):
