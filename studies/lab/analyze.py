@@ -24,7 +24,7 @@ import numpy as np
 WINDOW = 10
 SEEDS = (1, 2, 3, 4, 5)
 CALIBRATION_SEED = 0
-ARMS = ("floor", "b-low", "f-low", "s-low", "b-high", "p")
+ARMS = ("floor", "b-low", "f-low", "s-low", "b-high", "p", "b-low-reg", "f-low-reg")  # the last two: exploratory
 MEASURES = {
     "retrieval": "diag/trajectory/est/retrieval_acc",
     "cond_entropy": "diag/trajectory/est/conditional_entropy",
@@ -186,8 +186,8 @@ def load(results: Path, width: int = WINDOW) -> dict[tuple[str, int], dict[str, 
 
 def exploratory(results: Path) -> dict:
     """Not judged (README, "Exploratory"): in P, per seed, the first iteration at which the 3-iteration trailing
-    mean of retrieval, and of success, falls below the Floor band of single iterations; and (p) on 2-iteration
-    windows."""
+    mean of retrieval, and of success, falls below the Floor band of single iterations; (p) on 2-iteration
+    windows; and late F-low-reg minus B-low-reg (strong regularisers) with paired t intervals."""
     single = load(results, width=1)
     floor = floor_stats([single[k] for k in single if k[0] == "floor" and k[1] in SEEDS])
     onsets = {}
@@ -200,10 +200,17 @@ def exploratory(results: Path) -> dict:
             trailing = [statistics.fmean(run[name][max(0, i - 2) : i + 1]) for i in range(len(run[name]))]
             first = first_below(trailing[2:], floor.mean[name] - 2 * floor.sd[name])
             onsets[seed][name] = None if first is None else first + 3  # 1-based iteration
+    strong = {}
+    seeds = [s for s in SEEDS if ("b-low-reg", s) in single and ("f-low-reg", s) in single]
+    if seeds:
+        runs = load(results)
+        for name in ("retrieval", "success", "template", "cond_entropy"):
+            differences = [late(runs[("f-low-reg", s)], name) - late(runs[("b-low-reg", s)], name) for s in seeds]
+            strong[name] = paired_interval(differences) if len(differences) == len(SEEDS) else differences
     pairs = load(results, width=2)
     pair_floor = floor_stats([pairs[k] for k in pairs if k[0] == "floor" and k[1] in SEEDS])
     checks = {seed: control_check(pairs[("p", seed)], pair_floor) for seed in SEEDS if ("p", seed) in pairs}
-    return {"p_onset_iterations": onsets, "p_on_2_iteration_windows": checks}
+    return {"p_onset_iterations": onsets, "p_on_2_iteration_windows": checks, "strong_regularisers": strong}
 
 
 def analyse(runs: dict[tuple[str, int], dict[str, list[float]]]) -> dict:

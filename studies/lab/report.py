@@ -81,6 +81,12 @@ def markdown(runs: dict, result: dict) -> str:
             check = extra["p_on_2_iteration_windows"].get(seed, {})
             lines.append(f"| {seed} | {_fmt(onset['retrieval'])} | {_fmt(onset['success'])} | "
                          f"{'pass' if check.get('pass') else 'no'} |")  # fmt: skip
+    strong = extra.get("strong_regularisers")
+    if strong:
+        lines += ["", "Exploratory (not judged): late F-low-reg minus B-low-reg (entropy 0.05, KL 0.2), paired:", ""]
+        for name, value in strong.items():
+            text = f"{value[0]:+.3f} [{value[1]:+.3f}, {value[2]:+.3f}]" if isinstance(value, tuple) else str(value)
+            lines.append(f"- {name}: {text}")
     return "\n".join(lines) + "\n\n![curves](curves.png)\n"
 
 

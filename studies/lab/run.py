@@ -27,6 +27,9 @@ ROOT = Path(__file__).resolve().parents[2]
 RUNS = ROOT / "studies" / "runs" / "lab"
 RESULTS = ROOT / "studies" / "results" / "lab"
 ORDER = ("floor", "b-low", "f-low", "p", "s-low", "b-high")
+# exploratory arms (studies/lab/README.md, "Exploratory"): name -> (registered arm's config, overrides)
+STRONG = ["algorithm.entropy_coef=0.05", "algorithm.kl_coef=0.2"]
+EXPLORATORY = {"b-low-reg": ("b-low", STRONG), "f-low-reg": ("f-low", STRONG)}
 KEPT = ("config.yaml", "metrics.jsonl", "summary.json", "train.log")
 
 
@@ -62,9 +65,9 @@ def train(arm: str, seed: int) -> None:
     if (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").iterdir()):
         command = [*mirl(), "train", "--resume", str(run_dir)]
     else:
-        overrides = s_low_overrides(seed) if arm == "s-low" else []
+        base, overrides = EXPLORATORY.get(arm, (arm, s_low_overrides(seed) if arm == "s-low" else []))
         shutil.rmtree(run_dir, ignore_errors=True)
-        command = [*mirl(), "train", str(ROOT / "configs" / "lab" / f"{arm}.yaml"), f"trainer.seed={seed}",
+        command = [*mirl(), "train", str(ROOT / "configs" / "lab" / f"{base}.yaml"), f"trainer.seed={seed}",
                    f"trainer.name={name}", f"trainer.output_dir={RUNS}", *overrides]  # fmt: skip
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     with log.open("a", encoding="utf-8") as out:
@@ -93,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arms", default=",".join(ORDER))
     parser.add_argument("--jobs", type=int, default=1)
     args = parser.parse_args(argv)
-    arms = [a for a in ORDER if a in args.arms.split(",")]
+    arms = [a for a in (*ORDER, *EXPLORATORY) if a in args.arms.split(",")]
     queue = [(a, int(s)) for s in args.seeds.split(",") for a in arms if not finished(a, int(s))]
     lock, failures = threading.Lock(), []
     running: set[tuple[str, int]] = set()
