@@ -37,8 +37,7 @@ Termination:
 Arguments:
     key_size: letters in the key (a, b, ...), 2 to 8; 4 by default (8**4 = 4096 keys).
     questions: questions (turns) per instance, 1 to 8.
-    hard_share: probability that an instance is hard (3 named letters per question instead of 2); the knob of
-        reward spread (easy questions are answered alike by every sample of a grounded policy).
+    hard_share: probability that an instance is hard (3 named letters a question, not 2): the reward-spread knob.
     noise: probability that a valid answer is replaced by a random symbol.
     split: ``train``, ``validation`` (disjoint key sets) or ``all``; set by the trainer.
     validation_share: share of all keys reserved for the validation split.
