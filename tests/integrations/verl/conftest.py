@@ -19,7 +19,7 @@ LEGAL = re.compile(r"Legal actions: ([^.]+)\.")
 
 def legal_reply(context: str) -> str:
     """A well-formed reply: the first two legal actions named in the system prompt, a search for SearchQA and
-    WebShop, a program for DeepCoder, or "42" for free-form envs.
+    WebShop, a program for DeepCoder, a symbol for KeySum, or "42" for other free-form envs.
 
     Which action comes first alternates with the number of "Turn " markers, so episodes move around; the
     second turn ends with the end-of-turn token instead (an unparsable reply closed by eos).
@@ -36,6 +36,8 @@ def legal_reply(context: str) -> str:
         board = rows[-len(rows[-1]) :]
         row, col = next((r, c) for r, cells in enumerate(board) for c, cell in enumerate(cells) if cell == ".")
         return f" turn {turn}: fill a blank </think> <answer> {row + 1} {col + 1} 1 </answer>"
+    if "A key maps letters" in context:  # KeySum: any symbol 0..7 is a legal answer
+        return f" turn {turn}: guess </think> <answer> {turn % 8} </answer>"
     match = LEGAL.search(context)
     if match is None:
         return f" turn {turn}: try a number </think> <answer> {40 + turn} </answer>"
