@@ -1,4 +1,4 @@
-"""Where template collapse set in: the first diagnosed iteration at which input dependence fell beyond its noise,
+"""Where template collapse set in: the iteration at which input dependence fell to a lower level beyond its noise,
 and whether H(Z|X) stayed up there (docs/metrics.md, "Run verdict").
 
 Template collapse is retrieval accuracy R (how well a reasoning picks out its own prompt) falling while the
@@ -18,27 +18,28 @@ import numpy as np
 from mirl.report.rundir import Metrics
 
 MIN_ITERATIONS = 15  # diagnosed iterations needed before any onset is named
-WINDOW = 5  # trailing mean over this many diagnosed iterations
-BAND_SDS = 3.0  # a fall is a drop of more than this many SDs of a WINDOW-iteration mean
+MIN_BEFORE, MIN_AFTER = 1, 3  # diagnosed iterations before and after a change point at least
+Z_FALL = 4.0  # the drop in mean retrieval must exceed this many standard errors (many splits are tried)
+Z_ENTROPY = 3.0  # H(Z|X) fell with it when its mean dropped by more than this many standard errors
 NOISE_FLOOR = 1e-3  # the SD used when the series has none (a constant series)
 MAD_TO_SD = 1.4826  # median absolute deviation -> SD of a normal distribution
 
 
 @dataclass(frozen=True)
 class Onset:
-    """The first fall of the smoothed retrieval accuracy R5 below its best so far (see :func:`collapse_onset`)."""
+    """The change point of retrieval accuracy R (see :func:`collapse_onset`)."""
 
-    iteration: int  # where R5 fell
-    reference: int  # where R5 had its best value so far
-    retrieval: tuple[float, float]  # R5 at the reference, at the onset
-    entropy: tuple[float, float]  # H5 at the reference, at the onset (nats/token)
-    entropy_held: bool  # True: H5 stayed within its band (template collapse); False: it fell with R5
+    iteration: int  # the first iteration after the change
+    retrieval: tuple[float, float]  # mean R before, after
+    entropy: tuple[float, float]  # mean H before, after (nats/token)
+    z: float  # the drop of R in standard errors
+    entropy_held: bool  # True: H did not fall (template collapse when H is high); False: it fell with R
 
 
 def _noise(values: np.ndarray) -> float:
     """The iteration-to-iteration noise SD: 1.4826 * median |v_i - v_(i-1)| / sqrt(2), robust to the steps and
-    trends a collapse makes (a spread taken over the first iterations would count an early collapse as noise);
-    NOISE_FLOOR when it is 0 or undefined.
+    trends a collapse makes (a plain SD would count the collapse itself as noise); NOISE_FLOOR when it is 0 or
+    undefined.
 
     >>> round(_noise(np.array([0.30, 0.32, 0.30, 0.32, 0.0])), 5)  # median |diff| 0.02 -> 1.4826 * 0.02 / sqrt(2)
     0.02097
@@ -48,52 +49,50 @@ def _noise(values: np.ndarray) -> float:
 
 
 def collapse_onset(iterations: np.ndarray, retrieval: np.ndarray, entropy: np.ndarray) -> Onset | None:
-    """The first diagnosed iteration at which retrieval accuracy fell beyond its noise, or None.
+    """The iteration at which retrieval accuracy fell to a lower level for the rest of the run, or None.
 
-    Over the T diagnosed iterations (arrays of shape (T,), ascending iterations), with w = WINDOW = 5:
+    Over the T diagnosed iterations (arrays of shape (T,), ascending iterations): none when T < 15. Noise
+    s_R = 1.4826 median |R_i - R_(i-1)| / sqrt(2) (:func:`_noise`), s_H likewise. For each split k with at least
+    1 iteration before and 3 after, the drop z(k) = (mean R[:k] - mean R[k:]) / (s_R sqrt(1/k + 1/(T - k))); the
+    change point k* maximises z, and R fell when z(k*) >= 4 (a threshold for the largest of many tried splits).
+    H fell with it when mean H[:k*] - mean H[k*:] > 3 s_H sqrt(1/k* + 1/(T - k*)). A single change point: a
+    slow decline is dated where its two sides differ most; a dip that recovers barely moves the means.
 
-    - none when T < 15;
-    - noise: s_R = 1.4826 median |R_i - R_(i-1)| / sqrt(2) over the whole run (:func:`_noise`), s_H likewise;
-    - smoothing: R5(i), H5(i) = means of the last 5 diagnosed values, defined from the 5th on;
-    - reference: ref(i) = the first diagnosed iteration where R5 is largest so far (up to i);
-    - R fell at i when R5(i) < R5(ref) - 3 s_R / sqrt(5); H stayed up when H5(i) >= H5(ref) - 3 s_H / sqrt(5).
+    R is 0.30 / 0.32 alternating for 10 iterations, then 0.10 / 0.12; H is constant. s_R = 1.4826 * 0.02 /
+    sqrt(2) = 0.02097 (the one 0.2 step does not move the median); at k = 10 the drop is 0.20 with standard error
+    0.02097 * sqrt(2 / 10) = 0.00938, z = 21.3:
 
-    The onset is the first i where R fell; ``entropy_held`` says whether H stayed up there (template collapse) or
-    fell too. Later falls are not reported. A collapse inside the first 5 iterations is dated by the first
-    5-iteration mean that lies beyond the band of the first one.
-
-    R alternates 0.30 / 0.32 for 10 iterations, then drops 0.05 per iteration; H is constant. The median |diff| is
-    0.02, s_R = 1.4826 * 0.02 / sqrt(2) = 0.02097, band 3 s_R / sqrt(5) = 0.02813; the best R5 is 0.312 (iterations
-    2..6); R5 at 12 is (0.32 + 0.30 + 0.32 + 0.30 + 0.25) / 5 = 0.298 >= 0.2839, at 13 it is 0.274 < 0.2839:
-
-    >>> r = np.array([0.30, 0.32] * 5 + [0.30, 0.25, 0.20, 0.15, 0.10])
-    >>> found = collapse_onset(np.arange(1, 16), r, np.full(15, 2.0))
-    >>> found.iteration, found.reference, [round(v, 3) for v in found.retrieval], found.entropy_held
-    (13, 6, [0.312, 0.274], True)
+    >>> r = np.array([0.30, 0.32] * 5 + [0.10, 0.12] * 5)
+    >>> found = collapse_onset(np.arange(1, 21), r, np.full(20, 2.0))
+    >>> found.iteration, [round(v, 3) for v in found.retrieval], round(found.z, 1), found.entropy_held
+    (11, [0.31, 0.11], 21.3, True)
     """
     if not len(iterations) == len(retrieval) == len(entropy):
         raise ValueError(
             f"iterations, retrieval and entropy must have one value per diagnosed iteration, got lengths "
             f"{len(iterations)}, {len(retrieval)} and {len(entropy)}"
         )
-    if len(iterations) < MIN_ITERATIONS:
+    total = len(iterations)
+    if total < MIN_ITERATIONS:
         return None
-    band_r = BAND_SDS * _noise(retrieval) / math.sqrt(WINDOW)
-    band_h = BAND_SDS * _noise(entropy) / math.sqrt(WINDOW)
-    windows = np.lib.stride_tricks.sliding_window_view
-    r5 = windows(np.asarray(retrieval, dtype=np.float64), WINDOW).mean(axis=1)  # (T - 4,): r5[j] ends at j + 4
-    h5 = windows(np.asarray(entropy, dtype=np.float64), WINDOW).mean(axis=1)  # (T - 4,)
-    for j in range(1, len(r5)):
-        ref = int(np.argmax(r5[: j + 1]))
-        if r5[j] < r5[ref] - band_r:
-            return Onset(
-                iteration=int(iterations[j + WINDOW - 1]),
-                reference=int(iterations[ref + WINDOW - 1]),
-                retrieval=(float(r5[ref]), float(r5[j])),
-                entropy=(float(h5[ref]), float(h5[j])),
-                entropy_held=bool(h5[j] >= h5[ref] - band_h),
-            )
-    return None
+    r, h = np.asarray(retrieval, dtype=np.float64), np.asarray(entropy, dtype=np.float64)
+    splits = np.arange(MIN_BEFORE, total - MIN_AFTER + 1)  # k: R[:k] before, R[k:] after
+    prefix_r, prefix_h = np.concatenate([[0.0], np.cumsum(r)]), np.concatenate([[0.0], np.cumsum(h)])
+    before_r, after_r = prefix_r[splits] / splits, (prefix_r[-1] - prefix_r[splits]) / (total - splits)
+    scale = np.sqrt(1.0 / splits + 1.0 / (total - splits))  # (splits,)
+    z = (before_r - after_r) / (_noise(r) * scale)
+    best = int(np.argmax(z))
+    if z[best] < Z_FALL:
+        return None
+    k = int(splits[best])
+    before_h, after_h = prefix_h[k] / k, (prefix_h[-1] - prefix_h[k]) / (total - k)
+    return Onset(
+        iteration=int(iterations[k]),
+        retrieval=(float(before_r[best]), float(after_r[best])),
+        entropy=(float(before_h), float(after_h)),
+        z=float(z[best]),
+        entropy_held=bool(before_h - after_h <= Z_ENTROPY * _noise(h) * scale[best]),
+    )
 
 
 def onset_of(metrics: Metrics, scope: str) -> Onset | None:

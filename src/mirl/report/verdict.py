@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mirl.diagnostics.regimes import COLLAPSES, NO_REASONING, READINGS, SCORING_TEMPERATURE, Criteria, call_run
-from mirl.report.onset import BAND_SDS, WINDOW, onset_of
+from mirl.report.onset import Z_FALL, onset_of
 from mirl.report.overview import iterations_done, iterations_planned
 from mirl.report.plots import SCOPE_ORDER
 from mirl.report.rundir import Metrics, RunData, Series
@@ -206,26 +206,26 @@ def regime_fact(run: RunData, scope: str, rules: Criteria) -> tuple[Fact, str, s
     )
 
 
-def onset_fact(metrics: Metrics, scope: str) -> Fact | None:
-    """Where input dependence fell (:func:`mirl.report.onset.collapse_onset`): "bad" when H(Z|X) stayed up
-    (template collapse), "warn" when it fell too (low-entropy collapse or convergence); None when R never fell."""
+def onset_fact(metrics: Metrics, scope: str, rules: Criteria) -> Fact | None:
+    """Where input dependence fell (:func:`mirl.report.onset.collapse_onset`): "bad" when H(Z|X) stayed up and
+    above the regime's entropy threshold (template collapse); "warn" when it fell too, or stayed low (not template
+    collapse); None when R never fell."""
     found = onset_of(metrics, scope)
     if found is None:
         return None
-    (r_best, r_at), (h_best, h_at), at = found.retrieval, found.entropy, found.iteration
-    numbers = f"retrieval {r_best:.2f} -> {r_at:.2f}, H(Z|X) {h_best:.2f} -> {h_at:.2f} nats/token"
+    (r_before, r_after), (h_before, h_after), at = found.retrieval, found.entropy, found.iteration
+    numbers = f"retrieval {r_before:.2f} -> {r_after:.2f}, H(Z|X) {h_before:.2f} -> {h_after:.2f} nats/token"
     detail = (
-        f"{numbers} ({WINDOW}-iteration means at iteration {found.reference}, the best so far, and at {at}); a fall "
-        f"is a drop beyond a band of {BAND_SDS:g} SDs of a {WINDOW}-iteration mean, noise from successive "
-        f"differences; {scope.replace('_', '-')} scope"
+        f"{numbers} (means before and from iteration {at}, the change point of retrieval: a drop of "
+        f"{found.z:.1f} standard errors, >= {Z_FALL:g} counts; noise from successive differences); "
+        f"{scope.replace('_', '-')} scope"
     )
+    fell = f"input dependence fell at iteration {at} (retrieval {r_before:.2f} -> {r_after:.2f})"
     if not found.entropy_held:
         return Fact("collapse onset", f"input dependence and H(Z|X) fell together at iteration {at}", detail, "warn")
-    value = (
-        f"input dependence fell at iteration {at} (retrieval {r_best:.2f} -> {r_at:.2f}) "
-        f"while H(Z|X) stayed up ({h_best:.2f} -> {h_at:.2f} nats/token)"
-    )
-    return Fact("collapse onset", value, detail, "bad")
+    if h_after < rules.entropy:
+        return Fact("collapse onset", f"{fell} with H(Z|X) low ({h_after:.2f}): not template collapse", detail, "warn")
+    return Fact("collapse onset", f"{fell} while H(Z|X) stayed up ({h_before:.2f} -> {h_after:.2f})", detail, "bad")
 
 
 def kept_fact(metrics: Metrics) -> Fact | None:
@@ -274,8 +274,9 @@ def verdict(run: RunData) -> Verdict:
     if scope is not None:
         found = dependence(metrics, scope)
         facts += [found] if found else []
-        fact, label, why = regime_fact(run, scope, criteria(run))
-        facts += [fact] + [f for f in (onset_fact(metrics, scope),) if f]
+        rules = criteria(run)
+        fact, label, why = regime_fact(run, scope, rules)
+        facts += [fact] + [f for f in (onset_fact(metrics, scope, rules),) if f]
         warnings += [why] if why.startswith("too few") else []
         temperature = sample_temperature(run, scope)
         if temperature is not None and temperature != SCORING_TEMPERATURE:
