@@ -69,3 +69,12 @@ def test_success_needs_input_dependent_reasoning():
     assert swap_success(policy, "solver") > 0.9
     for mode in ("template", "other"):
         assert abs(swap_success(policy, mode) - 0.125) < 0.06
+
+
+@pytest.mark.parametrize("module", ["mirl.lab.organism", "mirl.envs.lab.keysum"])
+def test_doctests(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.failed == 0 and result.attempted > 0
