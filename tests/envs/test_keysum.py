@@ -90,3 +90,9 @@ def test_reasoning_labels_against_the_solver():
 def test_bad_options_are_refused_with_the_fix(option, value):
     with pytest.raises(ValueError, match=option):
         make("keysum", **{option: value})
+
+
+def test_a_split_without_keys_is_refused_before_any_reset():
+    # 0.001 x 8**2 = 0.064 rounds to 0 validation keys: reset would draw forever
+    with pytest.raises(ValueError, match="leaves 0 of 64 keys"):
+        make("keysum", key_size=2, split="validation", validation_share=0.001)

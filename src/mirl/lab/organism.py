@@ -82,7 +82,7 @@ def vocabulary(max_new_tokens: int = 16) -> list[str]:
                     max_new_tokens=max_new_tokens,
                     last_reward=last,
                     state_unchanged=last == -0.1,
-                )  # fmt: skip
+                )
             )
     texts += [" ".join(TEMPLATE_WORDS), " ".join(LETTERS), SUM_WORD, " ".join(str(n) for n in range(256))]
     split = pre_tokenizers.Whitespace()

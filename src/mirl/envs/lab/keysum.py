@@ -159,8 +159,12 @@ class KeySumEnv(TextEnv):
         for name, value in (("hard_share", hard_share), ("noise", noise), ("validation_share", validation_share)):
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} is a probability, expected 0 <= {name} <= 1, got {value}")
-        if not 0.0 < validation_share < 1.0 and split != "all":
-            raise ValueError(f"validation_share must be in (0, 1) to split keys, got {validation_share}")
+        reserved = round(validation_share * MOD**key_size)
+        if split != "all" and not 0 < reserved < MOD**key_size:
+            raise ValueError(
+                f"validation_share={validation_share} leaves {reserved} of {MOD**key_size} keys for validation; "
+                "each split needs at least one key: use a share between 0.05 and 0.95"
+            )
         if split not in ("train", "validation", "all"):
             raise ValueError(f"split must be 'train', 'validation' or 'all', got {split!r}")
         if hard_share > 0 and key_size < HARD:
