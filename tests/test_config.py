@@ -163,3 +163,31 @@ def test_yaml_files_are_checked_before_parsing(tmp_path):
             load_config(path)
     with pytest.raises(ConfigError, match="is a directory"):
         load_config(tmp_path)
+
+
+def test_an_override_may_address_a_list_item_by_index():
+    """`envs.0.options.size=5` sets one option of the first env (it used to fail with OmegaConf's "Cannot merge
+    incompatible container types"); the rest of that entry and later overrides are kept, references still resolve."""
+    config = load_config(
+        "configs/quickstart.yaml", ["envs.0.options.size=5", "envs.0.weight=2", "trainer.name=${model.name}-x"]
+    )
+    assert config.envs[0].name == "frozenlake" and config.envs[0].weight == 2.0
+    assert dict(config.envs[0].options) == {"success_rate": 1.0, "size": 5}
+    assert config.trainer.name == "smollm2-135m-instruct-x"
+
+
+@pytest.mark.parametrize("override", ["envs.3.options.size=5", "envs.x.name=a"])
+def test_a_list_index_that_names_no_item_is_one_line_with_the_form_that_works(override):
+    with pytest.raises(ConfigError) as error:
+        load_config("configs/quickstart.yaml", [override])
+    message = str(error.value)
+    assert "\n" not in message and "envs is a list of 1 item(s)" in message
+    assert "envs.N.<key> with N from 0 to 0" in message and "envs=[...]" in message
+
+
+def test_the_cli_takes_a_list_item_override_and_refuses_a_bad_index_in_one_line(capsys):
+    from mirl.cli import main
+
+    assert main(["train", "configs/quickstart.yaml", "envs.2.options.size=5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("mirl train:") and "envs.2 names none" in err

@@ -325,19 +325,25 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tu
     would otherwise be copied into the run name and every file of the run); ``${key.sub}`` references to other
     keys are allowed and are written out resolved.
     """
-    from mirl.config_files import friendly_error, read_config_file, refuse_resolvers  # they import ConfigError
+    from mirl.config_files import apply_override, friendly_error, read_config_file, refuse_resolvers
 
     merged = OmegaConf.structured(Config)
-    sources = []
     if path is not None:
-        sources.append((read_config_file(Path(path)), str(path)))
-    for item in overrides:
+        source = read_config_file(Path(path))
+        refuse_resolvers(source, str(path))
+        try:
+            merged = OmegaConf.merge(merged, source)
+        except OmegaConfBaseException as err:
+            raise friendly_error(err, str(path)) from None
+    for item in overrides:  # applied in order, after the file; list items by index (envs.0.options.size=5)
         if "=" not in item:
             raise ConfigError(f"override {item!r} is not key=value; write e.g. rollout.group_size=8")
+        key, raw = item.split("=", 1)
+        name = f"override {item!r}"
         try:
-            sources.append((OmegaConf.from_dotlist([item]), f"override {item!r}"))
+            parsed = OmegaConf.from_dotlist([f"value={raw}"])  # the value read as YAML, as on the command line
         except OmegaConfBaseException as err:
-            raise friendly_error(err, f"override {item!r}") from None
+            raise friendly_error(err, name) from None
         except yaml.YAMLError as err:  # the value is read as YAML: a control character, an unclosed [ or {
             reason = " ".join(str(err).split("\n")[0].split())
             raise ConfigError(
@@ -345,10 +351,12 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tu
                 "space after each colon, e.g. envs=[{name: frozenlake, options: {size: 4}}]; quote text with special "
                 "characters"
             ) from None
-    for source, name in sources:
-        refuse_resolvers(source, name)
+        refuse_resolvers(OmegaConf.from_dotlist([item]), name)  # names the key as written
+        if not key or any(not part for part in key.split(".")):
+            raise ConfigError(f"override {item!r} has an empty key part; write e.g. rollout.group_size=8")
         try:
-            merged = OmegaConf.merge(merged, source)
+            value = OmegaConf.to_container(parsed, resolve=False)["value"]  # ${key.sub} stays a reference
+            apply_override(merged, key.strip(), value, name)
         except OmegaConfBaseException as err:
             raise friendly_error(err, name) from None
     try:

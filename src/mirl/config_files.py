@@ -111,3 +111,31 @@ def friendly_error(err: OmegaConfBaseException, source: str) -> ConfigError:
             f"config key '{key}' got {value!r} from {source}, but it must be {_field_type(key)}; fix the value"
         )
     return ConfigError(f"config error in {source} at '{key}': {err.msg if hasattr(err, 'msg') else err}")
+
+
+def apply_override(merged, key: str, value, source: str) -> None:
+    """Set ``key`` (dotted, list items by index: ``envs.0.options.size``) to ``value`` in ``merged``, merging a
+    mapping value into what is there. An index into a list must name an existing item: the message gives the
+    list's length and the form that replaces the whole list.
+
+    >>> from mirl.config import Config
+    >>> merged = OmegaConf.structured(Config)
+    >>> apply_override(merged, "envs.0.options.size", 5, "override")
+    >>> merged.envs[0].options["size"]
+    5
+    """
+    node, parts = merged, key.split(".")
+    for depth, part in enumerate(parts):
+        if OmegaConf.is_list(node):
+            where = ".".join(parts[:depth])
+            if not part.isdigit() or int(part) >= len(node):
+                raise ConfigError(
+                    f"{source}: {where} is a list of {len(node)} item(s), so {where}.{part} names none; use "
+                    f"{where}.N.<key> with N from 0 to {len(node) - 1}, or replace the list: {where}=[...]"
+                )
+            node = node[int(part)]
+        elif OmegaConf.is_dict(node) and depth < len(parts) - 1:
+            node = node.get(part)
+        else:
+            break
+    OmegaConf.update(merged, key, value, merge=True)
