@@ -10,6 +10,7 @@ import random
 import shutil
 
 import pytest
+import yaml
 
 from mirl.cli import main
 from mirl.policy.tiny import tiny_policy
@@ -61,7 +62,13 @@ def test_resuming_with_a_model_of_another_shape_is_one_line(run, tmp_path, capsy
     policy.model.save_pretrained(other)
     policy.tokenizer.save_pretrained(other)
     capsys.readouterr()
+    # --resume refuses to change the model by an override; a hand-edited config.yaml reaches the checkpoint load
     assert main(["train", "--resume", str(run), f"model.name={other}", "--no-report"]) == 2
+    assert "cannot change model.name" in _one_line_error(capsys, "train")
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    config["model"]["name"] = str(other)
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    assert main(["train", "--resume", str(run), "--no-report"]) == 2
     line = _one_line_error(capsys, "train")
     assert "does not fit the model of this config (size mismatch for" in line and "iteration_000001" in line
     assert main(["eval", str(run), f"model.name={other}", "validation.num_instances=1"]) == 2

@@ -138,3 +138,18 @@ def test_help_config_piped_is_one_unwrapped_row_per_key_with_its_range():
     assert rows["rollout.group_size"] == ["16", ">= 1", "K: rollouts per prompt group; all K share the instance seed"]
     assert rows["filter.mode"][1] == "one of linear, softmax" and rows["rollout.top_p"][1] == "in (0, 1]"
     assert rows["algorithm.dual_clip"][1] == "> 1 (or none)"
+
+
+def test_resume_refuses_an_override_that_changes_what_the_run_trains(tmp_path, model_dir, pick_env, capsys, train_args):
+    """`--resume RUN rollout.group_size=8` used to rewrite config.yaml silently, so the rest of the run trained with
+    another group size; now it is one line and the run's config is untouched. Safe keys still go through."""
+    out = tmp_path / "runs"
+    assert main(["train", *train_args(model_dir, out, "trainer.iterations=1", "trainer.checkpoint_every=1")]) == 0
+    run = next(out.iterdir())
+    before = (run / "config.yaml").read_text()
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "rollout.group_size=8", "--no-report"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "cannot change rollout.group_size" in err and "trainer.iterations" in err
+    assert (run / "config.yaml").read_text() == before
+    assert main(["train", "--resume", str(run), "trainer.iterations=2", "logging.progress=false", "--no-report"]) == 0

@@ -91,7 +91,7 @@ def _checked_config(args: argparse.Namespace):
     """The run's config, after the checks that need no torch: the config itself, that there is one (or
     ``--defaults``), that a run to resume has a checkpoint (or ``--restart``), that a model path exists."""
     from mirl.cli.paths import check_run_directory
-    from mirl.cli.train_checks import require_checkpoint, require_config
+    from mirl.cli.train_checks import has_checkpoint, require_checkpoint, require_config, require_resumable_overrides
     from mirl.config import load_config
     from mirl.errors import UserError
     from mirl.run_dirs import check_model_name
@@ -103,6 +103,8 @@ def _checked_config(args: argparse.Namespace):
         if path is not None:
             raise UserError("--resume takes the run's own config.yaml; pass only key=value overrides")
         path = check_run_directory(args.resume) / "config.yaml"
+        if has_checkpoint(Path(args.resume)) or not args.restart:  # a start from iteration 0 may change anything
+            require_resumable_overrides(list(overrides), Path(args.resume))
     config = load_config(path, overrides)
     require_config(path, args.defaults, args.resume)
     if args.resume:

@@ -51,6 +51,33 @@ def require_checkpoint(run_dir: Path, restart: bool) -> None:
     )
 
 
+# what a resumed run may change: how long it goes on, how it saves and logs, and where it runs; anything else would
+# make the iterations after the resume a different experiment from those before it
+RESUMABLE = ("trainer.iterations", "trainer.checkpoint_every", "trainer.keep_checkpoints", "model.device")
+RESUMABLE_PREFIXES = ("logging.",)
+
+
+def require_resumable_overrides(overrides: list[str], run_dir: Path) -> None:
+    """``--resume`` takes only overrides that do not change what the run trains (:data:`RESUMABLE` and
+    ``logging.*``); any other key is refused in one line, before the run's ``config.yaml`` is rewritten.
+
+    >>> require_resumable_overrides(["trainer.iterations=8", "logging.progress=false"], Path("runs/r"))
+    >>> require_resumable_overrides(["rollout.group_size=8"], Path("runs/r"))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    mirl.errors.UserError: --resume runs/r cannot change rollout.group_size: ... with only trainer.iterations, ...
+    """
+    for item in overrides:
+        key = item.split("=", 1)[0].strip()
+        if key in RESUMABLE or key.startswith(RESUMABLE_PREFIXES):
+            continue
+        allowed = ", ".join(RESUMABLE) + " or " + ", ".join(f"{prefix}*" for prefix in RESUMABLE_PREFIXES)
+        raise UserError(
+            f"--resume {run_dir} cannot change {key}: it would train the rest of the run differently from its "
+            f"start; start a new run with it, or resume with only {allowed}"
+        )
+
+
 def no_update_reason(run_dir: Path) -> str | None:
     """None when some iteration of the run updated the policy; else why none did, from its ``metrics.jsonl``."""
     from mirl.trainer.rundir import read_records
