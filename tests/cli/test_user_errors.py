@@ -317,3 +317,24 @@ def test_compare_writes_beside_the_first_run_not_into_the_current_directory(file
     code, out, _ = run_cli(["compare", "{tmp}/run", "{tmp}/other"], files, capsys)
     assert code == 0 and f"comparison: {files / 'compare.html'}" in out
     assert (files / "compare.html").is_file() and list(here.iterdir()) == []
+
+
+def test_a_start_that_fails_to_load_its_model_leaves_no_run_directory(files, monkeypatch, capsys):
+    """An uncached hub id fails when the model loads, after the run directory was made: it used to stay behind with
+    a config and an empty rollouts/ (a report of it was empty and exited 0); now nothing of the run remains."""
+    _no_network(monkeypatch)
+    monkeypatch.setenv("HF_HOME", str(files / "hf"))  # an empty cache
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    out_dir = files / "runs"
+    argv = ["train", "configs/quickstart.yaml", "model.name=nobody-org/no-such-model", f"trainer.output_dir={out_dir}",
+            "trainer.name=half"]  # fmt: skip
+    code, out, err = run_cli(argv, files, capsys)
+    assert_one_line_user_error(code, out, err, "train", "not in the local Hugging Face cache")
+    assert not (out_dir / "half").exists()
+
+
+@pytest.mark.parametrize("where", ["/proc/nope", "{tmp}/a_file"])
+def test_an_output_dir_that_cannot_hold_runs_is_one_line_naming_the_key(where, files, capsys):
+    code, out, err = run_cli(["train", "configs/quickstart.yaml", f"trainer.output_dir={where}"], files, capsys)
+    assert_one_line_user_error(code, out, err, "train", "trainer.output_dir")
+    assert "set trainer.output_dir to a folder you can write" in err

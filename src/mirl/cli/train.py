@@ -91,7 +91,13 @@ def _checked_config(args: argparse.Namespace):
     """The run's config, after the checks that need no torch: the config itself, that there is one (or
     ``--defaults``), that a run to resume has a checkpoint (or ``--restart``), that a model path exists."""
     from mirl.cli.paths import check_run_directory
-    from mirl.cli.train_checks import has_checkpoint, require_checkpoint, require_config, require_resumable_overrides
+    from mirl.cli.train_checks import (
+        has_checkpoint,
+        require_checkpoint,
+        require_config,
+        require_output_dir,
+        require_resumable_overrides,
+    )
     from mirl.config import load_config
     from mirl.errors import UserError
     from mirl.run_dirs import check_model_name
@@ -109,6 +115,8 @@ def _checked_config(args: argparse.Namespace):
     require_config(path, args.defaults, args.resume)
     if args.resume:
         require_checkpoint(Path(args.resume), args.restart)
+    else:
+        require_output_dir(config.trainer.output_dir)
     check_model_name(config.model.name, probe_hub=False)  # a missing path fails before torch is imported
     return config
 

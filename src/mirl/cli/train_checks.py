@@ -27,6 +27,29 @@ def require_config(path: str | None, defaults: bool, resume: str | None) -> None
         )
 
 
+def require_output_dir(output_dir: str) -> None:
+    """``trainer.output_dir`` exists or can be made, and is a writable folder: checked before any model loads.
+
+    >>> require_output_dir("/proc/nope")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    mirl.errors.UserError: trainer.output_dir '/proc/nope' cannot hold run directories (...); set ...
+    """
+    import os
+
+    path = Path(output_dir).expanduser()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        problem = None if os.access(path, os.W_OK | os.X_OK) else "not writable"
+    except OSError as error:
+        problem = error.strerror or type(error).__name__
+    if problem is not None:
+        raise UserError(
+            f"trainer.output_dir {str(output_dir)!r} cannot hold run directories ({problem}); set "
+            "trainer.output_dir to a folder you can write, e.g. trainer.output_dir=runs"
+        )
+
+
 def has_checkpoint(run_dir: Path) -> bool:
     """Whether ``run_dir/checkpoints`` holds a complete checkpoint (a real folder with ``state.pt``)."""
     folder = run_dir / "checkpoints"

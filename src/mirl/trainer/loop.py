@@ -52,6 +52,14 @@ def iteration_seed(config: Config, iteration: int) -> int:
     return config.trainer.seed * 1_000_003 + iteration
 
 
+def discard_run_directory(run_dir: Path) -> None:
+    """Remove a run directory this call made (a real folder holding only what :func:`prepare` wrote)."""
+    import shutil
+
+    if run_dir.is_dir() and not run_dir.is_symlink():
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
 def _preflight_envs(config: Config) -> None:
     """Env checks that need the machine (the code sandbox's isolation), before a run directory or a model."""
     from mirl.envs import registry
@@ -75,8 +83,14 @@ def train(
     validate(config)
     _preflight_envs(config)
     run_dir = Path(run_dir) if run_dir is not None else run_directory(config)
+    fresh = not resume and not run_dir.exists()
     prepare(run_dir, config, resume)
-    policy = policy if policy is not None else load_policy(config)
+    try:
+        policy = policy if policy is not None else load_policy(config)
+    except BaseException:
+        if fresh:  # a start that failed before its first iteration leaves no half-made run behind
+            discard_run_directory(run_dir)
+        raise
     preset = resolve_preset(config.algorithm)
     learner = build_learner(policy, config, preset)
     state = TrainState(diagnostics=DiagnosticsState.from_config(config.diagnostics))
