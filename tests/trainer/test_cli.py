@@ -153,3 +153,24 @@ def test_resume_refuses_an_override_that_changes_what_the_run_trains(tmp_path, m
     assert err.count("\n") == 0 and "cannot change rollout.group_size" in err and "trainer.iterations" in err
     assert (run / "config.yaml").read_text() == before
     assert main(["train", "--resume", str(run), "trainer.iterations=2", "logging.progress=false", "--no-report"]) == 0
+
+
+def test_ctrl_c_says_how_to_resume(tmp_path, model_dir, pick_env, capsys, train_args, monkeypatch):
+    """Ctrl-C in the second iteration (after the first one's checkpoint): exit 130 and one line with the command that
+    continues the run (it used to say only "interrupted")."""
+    from mirl.trainer import loop
+
+    real, calls = loop.run_iteration, []
+
+    def interrupted_second_time(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "run_iteration", interrupted_second_time)
+    out = tmp_path / "runs"
+    args = train_args(model_dir, out, "trainer.iterations=3", "trainer.checkpoint_every=1", "trainer.name=cut")
+    assert main(["train", *args]) == 130
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines()[-1] == f"mirl train: interrupted; continue it with: mirl train --resume {out / 'cut'}"

@@ -79,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         if args.debug:
             raise
-        print(f"mirl {args.command}: interrupted", file=sys.stderr)
+        hint = getattr(sys.exc_info()[1], "resume_hint", "")  # set by the trainer: how to go on
+        print(f"mirl {args.command}: interrupted" + (f"; {hint}" if hint else ""), file=sys.stderr)
         return 130
 
 

@@ -52,6 +52,18 @@ def iteration_seed(config: Config, iteration: int) -> int:
     return config.trainer.seed * 1_000_003 + iteration
 
 
+def resume_hint(run_dir: Path) -> str:
+    """How to continue an interrupted run: resume from its checkpoint, or start it again when it has none.
+
+    >>> resume_hint(Path("/nonexistent/run"))
+    'no checkpoint yet; start it again with: mirl train --resume /nonexistent/run --restart'
+    """
+    saved = any((run_dir / "checkpoints").glob("iteration_*/state.pt"))
+    if saved:
+        return f"continue it with: mirl train --resume {run_dir}"
+    return f"no checkpoint yet; start it again with: mirl train --resume {run_dir} --restart"
+
+
 def discard_run_directory(run_dir: Path) -> None:
     """Remove a run directory this call made (a real folder holding only what :func:`prepare` wrote)."""
     import shutil
@@ -119,8 +131,9 @@ def train(
             if stop_reason:
                 sinks.print(f"[bold red]early stop at iteration {state.iteration}:[/] {stop_reason}")
         status = "stopped" if stop_reason else "finished"
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         status, stop_reason = "stopped", "interrupted"
+        interrupt.resume_hint = resume_hint(run_dir)  # the CLI's "interrupted" line says how to go on
         raise
     finally:
         torch.use_deterministic_algorithms(previous)
