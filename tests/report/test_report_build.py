@@ -1,9 +1,11 @@
 """Whole reports from synthetic runs: sections, files, missing-data notes, escaping, self-containment."""
 
 import doctest
+import json
 import re
 
 import pytest
+import yaml
 
 from mirl.report import build as build_module
 from mirl.report import build_comparison, build_report, html, images, overview, rundir, transcripts
@@ -189,3 +191,18 @@ def test_compare_makes_duplicate_names_unique(tmp_path):
 def test_doctests(module):
     failures, _ = doctest.testmod(module)
     assert failures == 0
+
+
+def test_a_run_with_the_filter_off_reads_filter_off_not_a_kept_share_or_its_unused_value(make_run, tmp_path):
+    """A run with filter.strategy=none used to read "none 0.9" in compare and "kept share 1" in its verdict."""
+    run = make_run("plain", iterations=4)
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    config["filter"] = {"strategy": "none", "value": 0.9}
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(line | {"filter/kept_ratio": 1.0}) + "\n" for line in lines))
+    from mirl.report.verdict import verdict
+
+    assert verdict(rundir.read_run(run)).fact("kept share").value == "filter off"
+    page = build_comparison([run, make_run("other", iterations=4)], tmp_path / "c.html").html_path.read_text()
+    assert "none 0.9" not in page and "<td>none</td>" in page

@@ -85,6 +85,15 @@ def comparison_figure(
     return figure, notes
 
 
+def filter_setting(strategy, value) -> str:
+    """The filter column: the strategy and its value, or just "none" when the filter is off.
+
+    >>> filter_setting("top_p", 0.9), filter_setting("none", 0.9)
+    ('top_p 0.9', 'none')
+    """
+    return "none" if strategy == "none" else f"{strategy} {fmt(value)}"
+
+
 def _final_peak(run: RunData, key: str) -> str:
     series = run.metrics.get(key)
     if series is None:
@@ -113,7 +122,7 @@ def summary_body(runs: Sequence[RunData], labels: Sequence[str], scope: str, fam
             fmt(run.summary.get("status", "unknown")),
             f"{iterations_done(run)} / {fmt(iterations_planned(run))}",
             fmt(run.config_value("algorithm.preset")),
-            f"{run.config_value('filter.strategy', '?')} {fmt(run.config_value('filter.value'))}",
+            filter_setting(run.config_value("filter.strategy", "?"), run.config_value("filter.value")),
             fmt(run.summary.get("model") or run.config_value("model.name")),
         )
         for run, label in zip(runs, labels, strict=True)

@@ -228,10 +228,13 @@ def onset_fact(metrics: Metrics, scope: str, rules: Criteria) -> Fact | None:
     return Fact("collapse onset", f"{fell} while H(Z|X) stayed up ({h_before:.2f} -> {h_after:.2f})", detail, "bad")
 
 
-def kept_fact(metrics: Metrics) -> Fact | None:
+def kept_fact(metrics: Metrics, strategy: object = None) -> Fact | None:
+    """The filter's mean kept share; "filter off" for a run whose ``filter.strategy`` is none (it keeps everything)."""
     kept, empty = metrics.get("filter/kept_ratio"), metrics.get("filter/empty")
     if kept is None:
         return None
+    if strategy == "none" and not int((kept.values < 1).sum()):
+        return Fact("kept share", "filter off", "filter.strategy=none: every group is trained on")
     none_kept = int(empty.values.sum()) if empty is not None else int((kept.values == 0).sum())
     detail = f"mean over {len(kept.values)} iterations; {none_kept} kept no group"
     return Fact("kept share", f"{fmt(float(kept.values.mean()))} of groups", detail, "warn" if none_kept else "plain")
@@ -283,7 +286,7 @@ def verdict(run: RunData) -> Verdict:
             warnings.append(f"entropy measured at T = {SCORING_TEMPERATURE:g} on T = {temperature:g} samples")
     else:
         warnings.append("no MI diagnostics logged: input dependence and regime unknown")
-    facts += [f for f in (kept_fact(metrics),) if f]
+    facts += [f for f in (kept_fact(metrics, run.config_value("filter.strategy")),) if f]
     warnings += [str(w) for w in summary.get("warnings", []) if isinstance(w, str)]
     if status in ("crashed", "stopped", "running"):
         warnings.insert(0, f"the run is {status}" + (f": {reason}" if reason else ""))
