@@ -87,3 +87,11 @@ def test_report_through_the_mirl_entry_point(tmp_path, capsys):
     run = write_run(tmp_path, "r", iterations=3, omit=("grad", "diag", "filter", "groups"))
     assert main(["report", str(run)]) == 0
     assert (run / "report.html").is_file()
+
+
+def test_compare_of_one_run_says_there_is_nothing_to_compare(tmp_path, capsys):
+    a = write_run(tmp_path / "runs", "a", iterations=3)
+    assert cli("compare", str(a), "--out", str(tmp_path / "c.html")) == 0
+    assert f"note: one run given, so nothing is compared; `mirl report {a}` shows its every curve" in (
+        capsys.readouterr().out
+    )

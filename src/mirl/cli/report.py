@@ -105,4 +105,6 @@ def run_compare(args: argparse.Namespace) -> int:
     # a FileNotFoundError or ValueError is a user error: one line from mirl.cli.main, the traceback with --debug
     result = build_comparison(args.run_dirs, out, labels=args.labels, scope=args.scope, family=args.family)
     _print_result(result, "comparison")
+    if len(args.run_dirs) == 1:
+        print(f"note: one run given, so nothing is compared; `mirl report {args.run_dirs[0]}` shows its every curve")
     return 0
