@@ -97,10 +97,20 @@ def reasoning_text(response_text: str) -> str:
     'cut off here'
     """
     text = response_text.removeprefix(THINK_OPEN)
+    return text[: _reasoning_end(text, (ANSWER_OPEN,))].strip()
+
+
+def _reasoning_end(text: str, open_ends: Sequence[str]) -> int:
+    """Where Z ends in ``text`` (which starts after ``<think>``): at the first ``</think>``; without one, at the
+    first of ``open_ends`` or the end of the text; -1 without ``</think>`` when ``open_ends`` is empty.
+
+    >>> _reasoning_end("a </think>", ()), _reasoning_end("a <answer>", ()), _reasoning_end("a <answer>", ("<answer>",))
+    (2, -1, 2)
+    """
     close = text.find(THINK_CLOSE)
-    if close < 0:
-        close = text.find(ANSWER_OPEN)
-    return (text if close < 0 else text[:close]).strip()
+    if close < 0 and open_ends:
+        close = min((i for i in (text.find(end) for end in open_ends if end) if i >= 0), default=len(text))
+    return close
 
 
 def decode(tokenizer, ids: Sequence[int]) -> str:
@@ -139,10 +149,8 @@ def reasoning_span(tokenizer, response_ids: Sequence[int], *, open_ended: bool =
     decoded text.
     """
     text = decode(tokenizer, response_ids)
-    close = text.find(THINK_CLOSE)
-    if close < 0 and open_ended:
-        ends = [ANSWER_OPEN, *getattr(tokenizer, "all_special_tokens", ())]
-        close = min((i for i in (text.find(end) for end in ends if end) if i >= 0), default=len(text))
+    ends = (ANSWER_OPEN, *getattr(tokenizer, "all_special_tokens", ())) if open_ended else ()
+    close = _reasoning_end(text, ends)
     if close < 0:
         return None
     inner = text[:close]
