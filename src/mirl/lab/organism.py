@@ -34,11 +34,10 @@ import numpy as np
 import torch
 
 from mirl.envs.lab.keysum import LETTERS, SUM_WORD, TEMPLATE_WORDS, KeySumEnv, solution_reasoning, template_reasoning
-from mirl.policy.sources import CHATML_TEMPLATE
+from mirl.policy.tiny import SPECIAL_TOKENS, chatml_tokenizer
 from mirl.rollout.parsing import THINK_CLOSE, THINK_OPEN
 from mirl.rollout.prompts import format_example, system_prompt, user_message
 
-SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 TAGS = (THINK_OPEN, THINK_CLOSE, "<answer>", "</answer>")
 UNKNOWN = "[UNK]"
 NAME = "keysum-organism"
@@ -63,6 +62,15 @@ class Recipe:
     num_heads: int = 4
     max_new_tokens: int = 16  # the rollout setting the prompts are rendered with (configs/lab)
     max_turns: int = 2
+
+
+@dataclass(frozen=True)
+class Sequences:
+    """Right-padded training rows: token ids, which positions are real, which are reply tokens (in the loss)."""
+
+    ids: torch.Tensor  # (B, T) long
+    attention: torch.Tensor  # (B, T) bool
+    target: torch.Tensor  # (B, T) bool
 
 
 def vocabulary(max_new_tokens: int = 16) -> list[str]:
@@ -98,24 +106,13 @@ def organism_tokenizer(max_new_tokens: int = 16):
     '<think> b 5 d 7 s 4 </think> <answer> 4 </answer>'
     """
     from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
 
     words = vocabulary(max_new_tokens)
     backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token=UNKNOWN))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
     backend.add_special_tokens([AddedToken(t, normalized=False) for t in SPECIAL_TOKENS])
     backend.add_tokens([AddedToken(t, normalized=False) for t in TAGS])
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        unk_token=UNKNOWN,
-        bos_token=None,
-        clean_up_tokenization_spaces=False,
-        padding_side="left",
-    )
-    tokenizer.chat_template = CHATML_TEMPLATE
-    return tokenizer
+    return chatml_tokenizer(backend, unk_token=UNKNOWN)
 
 
 _QUESTION = re.compile(r"key ?:((?:\s+[a-h]\s+[0-7])+)\s+add ?:((?:\s+[a-h])+)")
@@ -147,7 +144,6 @@ def skill_batch(tokenizer, recipe: Recipe):
     from mirl.envs.lab.keysum import KeySumEnv
     from mirl.rollout.prompts import ChatFormat
     from mirl.trainer.specs import train_seed
-    from mirl.types import RolloutBatch
 
     env, rng = KeySumEnv(hard_share=recipe.hard_share, split="train"), np.random.default_rng([recipe.seed, 2])
     fmt = ChatFormat.from_tokenizer(tokenizer)
@@ -170,29 +166,27 @@ def skill_batch(tokenizer, recipe: Recipe):
     for b, (row, mask) in enumerate(zip(rows, masks, strict=True)):
         ids[b, : len(row)], attention[b, : len(row)] = torch.tensor(row), True
         response[b, : len(row)] = torch.tensor(mask)
-    zeros = torch.zeros(count, length)
-    return RolloutBatch(ids, attention, response, zeros, zeros, zeros[:, 0], zeros[:, 0].long(), zeros[:, 0].long(),
-                        torch.full((count, length), -1), zeros)  # fmt: skip
+    return Sequences(ids, attention, response)
 
 
-def scripted_episodes(tokenizer, recipe: Recipe, grounded_share: float):
-    """``recipe.episodes`` episodes of the scripted solver played through the rollout engine (one per instance)."""
+def scripted_episodes(tokenizer, recipe: Recipe):
+    """Phase 2's data: ``recipe.episodes`` episodes of the scripted solver (``recipe.grounded_share`` of its replies
+    grounded) played through the rollout engine, one per instance."""
     from mirl.config import RolloutConfig
     from mirl.policy.scripted import ScriptedPolicy
     from mirl.rollout.engine import run_episodes
     from mirl.trainer.specs import train_seed
     from mirl.types import EnvSpec
 
-    phase = int(grounded_share == 1.0)
-    rng = np.random.default_rng([recipe.seed, 1, phase])
-    policy = ScriptedPolicy(tokenizer, lambda context: scripted_reply(context, rng, grounded_share))
+    rng = np.random.default_rng([recipe.seed, 1, 0])
+    policy = ScriptedPolicy(tokenizer, lambda context: scripted_reply(context, rng, recipe.grounded_share))
     config = RolloutConfig(
         max_turns=recipe.max_turns, max_actions_per_turn=1, max_new_tokens=recipe.max_new_tokens,
         max_context_tokens=1024,
     )  # fmt: skip
     options = {"hard_share": recipe.hard_share, "split": "train"}
     # seeds of a run seed no training run uses (the run seeds of configs/lab are small)
-    seeds = [train_seed(10**6 + recipe.seed, 2 * (i // 4096) + phase, i % 4096) for i in range(recipe.episodes)]
+    seeds = [train_seed(10**6 + recipe.seed, 2 * (i // 4096), i % 4096) for i in range(recipe.episodes)]
     specs = [EnvSpec("keysum", seed, options) for seed in seeds]
     episodes = []
     for begin in range(0, len(specs), 256):
@@ -223,8 +217,8 @@ def new_model(vocab_size: int, tokenizer, recipe: Recipe):
 
 
 def supervised_train(model, phases, recipe: Recipe, log=None) -> dict:
-    """Cross-entropy on the replies' tokens (``response_mask``) of random mini-batches of rows, phase after phase;
-    ``phases`` = [(batch, steps, rows per step), ...], one warm-up and linear decay over all steps."""
+    """Cross-entropy on the replies' tokens (``Sequences.target``) of random mini-batches of rows, phase after phase;
+    ``phases`` = [(sequences, steps, rows per step), ...], one warm-up and linear decay over all steps."""
     total = sum(steps for _, steps, _ in phases)
     generator = torch.Generator().manual_seed(recipe.seed)
     optimiser = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.01)
@@ -233,10 +227,10 @@ def supervised_train(model, phases, recipe: Recipe, log=None) -> dict:
     losses = []
     for batch, steps, size in phases:
         for _ in range(steps):
-            rows = torch.randint(batch.num_rows, (size,), generator=generator)
-            mask = batch.attention_mask[rows]
+            rows = torch.randint(len(batch.ids), (size,), generator=generator)
+            mask = batch.attention[rows]
             length = int(mask.sum(1).max())
-            ids, mask, target = batch.input_ids[rows, :length], mask[:, :length], batch.response_mask[rows, :length]
+            ids, mask, target = batch.ids[rows, :length], mask[:, :length], batch.target[rows, :length]
             logits = model(input_ids=ids, attention_mask=mask.long()).logits[:, :-1]  # (B, T-1, V)
             token_loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
             loss = (token_loss * target[:, 1:]).sum() / target[:, 1:].sum()
@@ -263,7 +257,8 @@ def build_organism(target: str | os.PathLike, recipe: Recipe = Recipe(), log=Non
     try:
         tokenizer = organism_tokenizer(recipe.max_new_tokens)
         skill = skill_batch(tokenizer, recipe)
-        mix = collate(scripted_episodes(tokenizer, recipe, recipe.grounded_share), pad_id=tokenizer.pad_token_id)
+        episodes = collate(scripted_episodes(tokenizer, recipe), pad_id=tokenizer.pad_token_id)
+        mix = Sequences(episodes.input_ids, episodes.attention_mask, episodes.response_mask)
         model = new_model(len(tokenizer), tokenizer, recipe)
         phases = [(skill, recipe.skill_steps, recipe.skill_batch_size), (mix, recipe.mix_steps, recipe.batch_size)]
         stats = supervised_train(model, phases, recipe, log)

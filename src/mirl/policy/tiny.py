@@ -71,12 +71,18 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
         show_progress=False,
     )
     backend.train_from_iterator(_corpus(), trainer=trainer)
+    return chatml_tokenizer(backend)
+
+
+def chatml_tokenizer(backend: Tokenizer, unk_token: str | None = None) -> PreTrainedTokenizerFast:
+    """A :class:`PreTrainedTokenizerFast` over a ``tokenizers`` backend that holds :data:`SPECIAL_TOKENS`: eos and
+    end of turn ``<|im_end|>``, padding ``<|endoftext|>`` on the left, no bos, text decoded as it is, ChatML."""
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=backend,
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
         bos_token=None,
-        unk_token=None,
+        unk_token=unk_token,
         clean_up_tokenization_spaces=False,
         padding_side="left",
     )
