@@ -114,15 +114,21 @@ def probe_user():
             pytest.skip(f"useradd {USER} failed: {done.stderr.strip()}")
         created = True
     entry = pwd.getpwnam(USER)
-    check = subprocess.run(
-        [sys.executable, "-c", "import mirl"],
-        preexec_fn=_become(entry.pw_uid, entry.pw_gid),
-        capture_output=True,
-        text=True,
-        env=_env(),
-    )
-    if check.returncode != 0:
-        pytest.skip(f"the probe user cannot run this interpreter and mirl: {check.stderr.strip()[-300:]}")
+    try:  # a checkout in a folder only root may enter: the user cannot even start the interpreter (exec fails)
+        check = subprocess.run(
+            [sys.executable, "-c", "import mirl"],
+            preexec_fn=_become(entry.pw_uid, entry.pw_gid),
+            capture_output=True,
+            text=True,
+            env=_env(),
+        )
+        problem = check.stderr.strip()[-300:] if check.returncode != 0 else None
+    except OSError as error:
+        problem = f"{type(error).__name__}: {error}"
+    if problem is not None:
+        if created:
+            subprocess.run(["userdel", USER], capture_output=True)
+        pytest.skip(f"the probe user cannot run this interpreter and mirl: {problem}")
     yield entry.pw_uid, entry.pw_gid
     if created:
         subprocess.run(["userdel", USER], capture_output=True)
