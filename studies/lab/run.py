@@ -3,6 +3,7 @@ and log to git as it ends (studies/lab/README.md).
 
     python studies/lab/run.py --seeds 0 --arms floor,b-low,f-low,p     # the calibration seed
     python studies/lab/run.py --seeds 1,2,3,4,5 --jobs 2                # the registered runs
+    python studies/lab/run.py --part 2 --jobs 2                         # Part 2: the paper's analyses
 
 Each (arm, seed) trains ``configs/lab/<arm>.yaml`` with ``trainer.seed=<seed>`` into ``studies/runs/lab/<arm>_s<seed>``
 (not under version control) and, when it finishes, copies ``config.yaml``, ``metrics.jsonl``, ``summary.json`` and
@@ -30,6 +31,34 @@ ORDER = ("floor", "b-low", "f-low", "p", "s-low", "b-high")
 # exploratory arms (studies/lab/README.md, "Exploratory"): name -> (registered arm's config, overrides)
 STRONG = ["algorithm.entropy_coef=0.05", "algorithm.kl_coef=0.2"]
 EXPLORATORY = {"b-low-reg": ("b-low", STRONG), "f-low-reg": ("f-low", STRONG)}
+
+
+def _band(lo: float, hi: float) -> list[str]:
+    return ["filter.strategy=band", "filter.include_zero=true", f"filter.band_lo={lo}", f"filter.band_hi={hi}"]
+
+
+def _noise(level: int) -> list[str]:
+    return [f"envs.0.options.noise={level / 100:g}"]
+
+
+# Part 2, the paper's analyses (studies/lab/README.md): name -> (config, overrides), in the order they run
+PAPER = {
+    "q1": ("f-low", _band(0.0, 0.25)),
+    "q2": ("f-low", _band(0.25, 0.5)),
+    "q3": ("f-low", _band(0.5, 0.75)),
+    "q4": ("f-low", _band(0.75, 1.0)),
+    "prompt-k4": ("f-low", ["filter.strategy=top_k_abs", "filter.value=4", "filter.include_zero=true"]),
+    "traj-k4": ("b-low", ["filter.trajectories_per_group=4"]),
+    "credit-turn": ("b-low", ["algorithm.credit=turn"]),
+    "credit-step": ("b-low", ["algorithm.credit=step_groups"]),
+    "f-high": ("b-high", ["filter.strategy=top_p", "filter.value=0.9"]),
+    **{f"{kind}-n{level}": (f"{kind}-low", _noise(level)) for level in (25, 50, 75, 100) for kind in "bf"},
+    "ent-hi": ("b-low", ["algorithm.entropy_coef=0.05"]),
+    "kl-hi": ("b-low", ["algorithm.kl_coef=0.2"]),
+    "t07": ("b-low", ["rollout.temperature=0.7"]),
+    "t13": ("b-low", ["rollout.temperature=1.3"]),
+}
+EXPLORATORY |= PAPER
 KEPT = ("config.yaml", "metrics.jsonl", "summary.json", "train.log")
 
 
@@ -90,14 +119,24 @@ def commit(path: Path, message: str) -> None:
         subprocess.run(["git", "commit", "-q", "-m", message, "--", str(path)], cwd=ROOT, check=True)
 
 
+def part_two() -> list[tuple[str, int]]:
+    """Part 2's runs: its arms at seeds 1-5 (the quartiles and the comparisons first, the noise sweep next), then
+    the intervention sweep at seeds 6-10 (B-low and F-low there too: the sweep pools only its own runs)."""
+    first = [arm for arm in PAPER if arm not in ("ent-hi", "kl-hi", "t07", "t13")]
+    sweep = ("b-low", "f-low", "ent-hi", "kl-hi", "t07", "t13")
+    return [(a, s) for a in first for s in (1, 2, 3, 4, 5)] + [(a, s) for s in (6, 7, 8, 9, 10) for a in sweep]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="1,2,3,4,5")
     parser.add_argument("--arms", default=",".join(ORDER))
     parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--part", type=int, choices=(1, 2), default=1, help="2: every run of Part 2, in order")
     args = parser.parse_args(argv)
     arms = [a for a in (*ORDER, *EXPLORATORY) if a in args.arms.split(",")]
-    queue = [(a, int(s)) for s in args.seeds.split(",") for a in arms if not finished(a, int(s))]
+    jobs = [(a, int(s)) for s in args.seeds.split(",") for a in arms]
+    queue = [job for job in (part_two() if args.part == 2 else jobs) if not finished(*job)]
     lock, failures = threading.Lock(), []
     running: set[tuple[str, int]] = set()
 
