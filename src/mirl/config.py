@@ -230,8 +230,8 @@ class DiagnosticsConfig:
     gradient_buckets: str = "quantile"
     # per-token H(Z|X) (nats, scored at T = 1) separating high from low diversity, for samples drawn at T = 1
     regime_entropy_threshold: float = 0.5
-    # MI-Est as a fraction of log N separating input-grounded from collapsed in the regime name
-    regime_mi_fraction: float = 0.1
+    # retrieval above chance (null-corrected) separating input-grounded from collapsed (docs/metrics.md, Regimes)
+    regime_retrieval_threshold: float = 0.1
     # fewer distinct prompt columns than this: the scope's regime is "undetermined" (docs/metrics.md)
     regime_min_columns: int = 4
     # fewer determined diagnosed iterations than this: the run's regime is "undetermined" (report, summary)

@@ -129,7 +129,7 @@ RANGES: dict[str, Range] = {
     "diagnostics.max_batch_tokens": AT_LEAST_ONE,
     "diagnostics.gradient_every": NON_NEGATIVE,
     "diagnostics.regime_entropy_threshold": NON_NEGATIVE,
-    "diagnostics.regime_mi_fraction": PROBABILITY,
+    "diagnostics.regime_retrieval_threshold": PROBABILITY,
     "diagnostics.regime_min_columns": Range(2),
     "diagnostics.regime_min_iterations": AT_LEAST_ONE,
     "validation.every": Range(-1),

@@ -92,7 +92,16 @@ def _field_type(key: str) -> str:
     return f"of type {annotation}"
 
 
+# keys that were replaced, with why: an old config names the new key and the reason instead of a guess
+REPLACED = {
+    "diagnostics.regime_mi_fraction": "diagnostics.regime_retrieval_threshold (input dependence is now read from "
+    "retrieval above chance; docs/metrics.md, Regimes)",
+}
+
+
 def _suggest(key: str) -> str:
+    if key in REPLACED:
+        return f"; it was replaced by {REPLACED[key]}"
     close = difflib.get_close_matches(key, _all_keys(Config), n=1, cutoff=0.5)
     if not close:
         leaf = key.rsplit(".", 1)[-1]

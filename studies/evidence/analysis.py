@@ -131,7 +131,7 @@ def mixture_metrics(scores: np.ndarray, true_col: np.ndarray, rng: np.random.Gen
     null = permutation_null(logp, col, draws=E1_NULL_DRAWS, generator=generator)
     return {
         "mi_raw": raw["mi_estimate"],
-        "mi": null["mi_estimate_corrected"],
+        "mi": null["mi_contrast"],
         "retrieval": raw["retrieval_above_chance"],
     }
 
@@ -172,7 +172,7 @@ def e1_verdict(cells, entropy_gap: float, batches_per_draw: float) -> dict[str, 
     ys = [v for f in fractions for v in cells[(n, f)]["mi"]]
     checks = {
         "zero: retrieval interval holds 0": ret0["low"] <= 0.0 <= ret0["high"],
-        "zero: corrected MI-Est within 2 SE of 0": abs(mi0["mean"]) <= 2 * se_mi0,
+        "zero: MI contrast within 2 SE of 0": abs(mi0["mean"]) <= 2 * se_mi0,
         "full: retrieval above chance > 0.2, interval excludes 0": ret1["mean"] > E1_MIN_RETRIEVAL_AT_ONE
         and ret1["low"] > 0.0,
         "Spearman(fraction, MI-Est) >= 0.8": spearman(xs, ys) >= E1_MIN_SPEARMAN,
@@ -181,7 +181,7 @@ def e1_verdict(cells, entropy_gap: float, batches_per_draw: float) -> dict[str, 
     }
     values = {
         "zero: retrieval mean, 2.5 %, 97.5 %": [ret0["mean"], ret0["low"], ret0["high"]],
-        "zero: corrected MI-Est mean, SE": [mi0["mean"], se_mi0],
+        "zero: MI contrast mean, SE": [mi0["mean"], se_mi0],
         "full: retrieval mean, 2.5 %": [ret1["mean"], ret1["low"]],
         "Spearman(fraction, MI-Est)": spearman(xs, ys),
         "MI-Est means by fraction": means,

@@ -1,4 +1,5 @@
-"""Figure of E1: corrected MI-Est and retrieval above chance against the grounded fraction, one line per N.
+"""Figure of E1: the MI contrast (null-corrected MI-Est) and retrieval above chance against the grounded fraction,
+one line per N.
 
     python studies/evidence/plot_e1.py [studies/results/evidence/e1.json]
 
@@ -18,7 +19,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-MEASURES = {"mi": "corrected MI-Est (nats)", "retrieval": "retrieval above chance"}
+MEASURES = {"mi": "MI contrast (nats)", "retrieval": "retrieval above chance"}
 
 
 def plot_task(task: str, cells: dict, out: Path) -> None:

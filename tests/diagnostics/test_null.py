@@ -1,6 +1,7 @@
 """The permutation null of the MI proxies: parity with mi_proxies per shuffle, coverage at an exact zero."""
 
 import doctest
+import math
 
 import pytest
 import torch
@@ -38,10 +39,10 @@ def test_at_an_exact_zero_the_corrected_interval_holds_zero_and_the_raw_value_is
         logp = torch.randn(16, 8, dtype=torch.float64, generator=gen)
         true_col = torch.arange(16) % 8
         out = permutation_null(logp, true_col, draws=200, generator=gen)
-        covered_mi += out["mi_estimate_ci_low"] <= 0.0 <= out["mi_estimate_ci_high"]
+        covered_mi += out["mi_contrast_ci_low"] <= 0.0 <= out["mi_contrast_ci_high"]
         covered_ret += out["retrieval_above_chance_ci_low"] <= 0.0 <= out["retrieval_above_chance_ci_high"]
-        raw_mi.append(out["mi_estimate_corrected"] + out["mi_estimate_null_mean"])
-        corrected_mi.append(out["mi_estimate_corrected"])
+        raw_mi.append(out["mi_contrast"] + out["mi_estimate_null_mean"])
+        corrected_mi.append(out["mi_contrast"])
     # nominal 95 %: over 200 batches the binomial sd is 1.5 points, so 0.90 is > 3 sd below
     assert covered_mi / batches >= 0.90 and covered_ret / batches >= 0.90
     raw, corrected = torch.tensor(raw_mi), torch.tensor(corrected_mi)
@@ -54,7 +55,19 @@ def test_a_grounded_batch_sits_far_above_its_null():
     gen = torch.Generator().manual_seed(1)
     logp = torch.randn(16, 16, dtype=torch.float64, generator=gen) + 4.0 * torch.eye(16, dtype=torch.float64)
     out = permutation_null(logp, torch.arange(16), draws=200, generator=gen)
-    assert out["mi_estimate_ci_low"] > 0 and out["retrieval_above_chance_ci_low"] > 0.5
+    assert out["mi_contrast_ci_low"] > 0 and out["retrieval_above_chance_ci_low"] > 0.5
+
+
+def test_the_mi_contrast_is_not_bounded_by_log_n_while_raw_mi_estimate_is():
+    # 8 reasonings, each scoring 0 under its own prompt and -3 under the 7 others: raw MI-Est is
+    # 0 - (logsumexp([0, -3 x 7]) - log 8) = log 8 - log(1 + 7 e^-3) = 2.079 - 0.301 = 1.778 <= log 8, while the
+    # contrast is mean matched - mean shuffled matched = 0 - (-3 x 7 / 8) = 2.625 in expectation, above log 8
+    logp = 3.0 * torch.eye(8, dtype=torch.float64) - 3.0
+    out = permutation_null(logp, torch.arange(8), draws=4000, generator=torch.Generator().manual_seed(0))
+    raw = out["mi_contrast"] + out["mi_estimate_null_mean"]
+    assert raw == pytest.approx(math.log(8) - math.log(1 + 7 * math.exp(-3)), rel=1e-9)
+    assert raw <= math.log(8) < out["mi_contrast"]
+    assert out["mi_contrast"] == pytest.approx(2.625, abs=0.02)  # 4000 shuffles: sd of the null mean about 0.006
 
 
 def test_arguments_are_checked():

@@ -187,8 +187,8 @@ def test_diagnose_reports_catalogue_keys_and_a_summary_row_per_scope(chat_file):
     assert first["retrieval@1"] == out["diag/first_turn/est/retrieval_acc"]
     assert first["chance@8"] == out["diag/first_turn/est/retrieval_chance@8"] == 1.0  # min(1, 8 * 1/2)
     est = "diag/first_turn/est"
-    assert first["mi_estimate_corrected"] == out[f"{est}/mi_estimate_corrected"]
-    assert first["mi_estimate_interval"] == (out[f"{est}/mi_estimate_ci_low"], out[f"{est}/mi_estimate_ci_high"])
+    assert first["mi_contrast"] == out[f"{est}/mi_contrast"]
+    assert first["mi_contrast_interval"] == (out[f"{est}/mi_contrast_ci_low"], out[f"{est}/mi_contrast_ci_high"])
     again = diagnose(policy, episodes, scopes=("first_turn", "trajectory"), num_pairs=6, seed=3)
     assert {k: v for k, v in again.items() if k != "time/scoring"} == {
         k: v for k, v in out.items() if k != "time/scoring"

@@ -10,7 +10,7 @@ import pytest
 from mirl.diagnostics import regimes
 from mirl.diagnostics.regimes import LABELS, READINGS, Criteria, Evidence, call_iteration, call_run, is_copy
 
-LOG16 = math.log(16)  # MI threshold at N = 16: 0.1 * 2.7726 = 0.2773
+LOG16 = math.log(16)  # the bound of MI-Est at N = 16, quoted in the reason
 
 
 def test_doctests():
@@ -27,49 +27,66 @@ def test_the_pure_module_imports_math_only():
 
 
 @pytest.mark.parametrize(
-    ("entropy", "mi", "label"),
+    ("entropy", "retrieval", "label"),
     [
-        (1.2, 0.5, "diverse_grounded"),  # 1.2 >= 0.5, 0.5 >= 0.2773
-        (1.2, 0.1, "template_collapse"),
-        (0.3, 0.5, "compressed_grounded"),
-        (0.3, 0.1, "low_entropy_collapse"),
+        (1.2, 0.25, "diverse_grounded"),  # 1.2 >= 0.5, 0.25 >= 0.1
+        (1.2, 0.05, "template_collapse"),
+        (0.3, 0.25, "compressed_grounded"),
+        (0.3, 0.05, "low_entropy_collapse"),
+        (0.5, 0.1, "diverse_grounded"),  # at both thresholds: high
     ],
 )
-def test_quadrants_at_the_scoring_temperature(entropy, mi, label):
-    call = call_iteration(Evidence(16, 16, 0, cond_entropy=entropy, mi=mi))
+def test_quadrants_at_the_scoring_temperature(entropy, retrieval, label):
+    call = call_iteration(Evidence(16, 16, 0, cond_entropy=entropy, retrieval=retrieval, mi=0.04))
     assert call.label == label
-    assert "vs threshold 0.5" in call.reason and f"0.1 x log 16 = {0.1 * LOG16:.3g}" in call.reason
+    assert "vs threshold 0.5" in call.reason and f"retrieval above chance {retrieval:.3g} vs 0.1" in call.reason
+    assert f"MI-Est 0.04 nats/token of at most log 16 = {LOG16:.3g}" in call.reason
+
+
+def test_the_mi_value_does_not_decide_the_call():
+    # a grounded small model: tiny per-token MI but retrieval well above chance; a collapsed batch the other way
+    assert call_iteration(Evidence(16, 16, 0, cond_entropy=1.0, retrieval=0.3, mi=0.03)).label == "diverse_grounded"
+    assert call_iteration(Evidence(16, 16, 0, cond_entropy=1.0, retrieval=0.0, mi=0.9)).label == "template_collapse"
+    assert call_iteration(
+        Evidence(16, 16, 0, cond_entropy=1.0, retrieval=0.3, mi=0.03), Criteria(retrieval=0.4)
+    ).label == ("template_collapse")
 
 
 def test_cool_samples_cannot_be_called_low_entropy_but_can_be_called_high():
     # samples at T = 0.7 scored at T = 1: a low H(Z|X) may be the temperature's doing
-    low = call_iteration(Evidence(16, 16, 0, cond_entropy=0.3, mi=0.1, sample_temperature=0.7))
+    low = call_iteration(Evidence(16, 16, 0, cond_entropy=0.3, retrieval=0.05, sample_temperature=0.7))
     assert low.label == "undetermined" and "sampling at T = 0.7 alone lowers H(Z|X)" in low.reason
-    high = call_iteration(Evidence(16, 16, 0, cond_entropy=0.9, mi=0.1, sample_temperature=0.7))
+    high = call_iteration(Evidence(16, 16, 0, cond_entropy=0.9, retrieval=0.05, sample_temperature=0.7))
     assert high.label == "template_collapse"
 
 
 def test_hot_samples_cannot_be_called_high_entropy_but_can_be_called_low():
-    assert call_iteration(Evidence(16, 16, 0, cond_entropy=0.9, mi=0.5, sample_temperature=1.3)).label == "undetermined"
-    low = call_iteration(Evidence(16, 16, 0, cond_entropy=0.3, mi=0.5, sample_temperature=1.3))
+    assert (
+        call_iteration(Evidence(16, 16, 0, cond_entropy=0.9, retrieval=0.3, sample_temperature=1.3)).label
+        == "undetermined"
+    )
+    low = call_iteration(Evidence(16, 16, 0, cond_entropy=0.3, retrieval=0.3, sample_temperature=1.3))
     assert low.label == "compressed_grounded"
 
 
 def test_too_few_columns_is_undetermined_however_clear_the_numbers():
-    three = call_iteration(Evidence(12, 3, 0, cond_entropy=0.1, mi=0.0))
+    three = call_iteration(Evidence(12, 3, 0, cond_entropy=0.1, retrieval=0.0))
     assert three.label == "undetermined" and "3 distinct prompt columns scored, need at least 4" in three.reason
     # 16 columns holding only 3 distinct prompts count as 3
-    assert call_iteration(Evidence(16, 16, 0, cond_entropy=0.1, mi=0.0, prompts=3)).label == "undetermined"
-    assert call_iteration(Evidence(12, 3, 0, cond_entropy=0.1, mi=0.0), Criteria(min_columns=3)).label != "undetermined"
+    assert call_iteration(Evidence(16, 16, 0, cond_entropy=0.1, retrieval=0.0, prompts=3)).label == "undetermined"
+    assert (
+        call_iteration(Evidence(12, 3, 0, cond_entropy=0.1, retrieval=0.0), Criteria(min_columns=3)).label
+        != "undetermined"
+    )
 
 
 def test_mostly_empty_or_copied_reasoning_is_no_reasoning():
     # 8 scored + 8 empty: 8/16 = 50 % unjudged -> no_reasoning (at the threshold)
-    call = call_iteration(Evidence(8, 8, 8, cond_entropy=1.0, mi=0.0))
+    call = call_iteration(Evidence(8, 8, 8, cond_entropy=1.0, retrieval=0.0))
     assert call.label == "no_reasoning" and "8 empty and 0 copied from the format example, of 16 turns" in call.reason
-    assert call_iteration(Evidence(10, 10, 0, copied=5, cond_entropy=1.0, mi=0.0)).label == "no_reasoning"
+    assert call_iteration(Evidence(10, 10, 0, copied=5, cond_entropy=1.0, retrieval=0.0)).label == "no_reasoning"
     # 4 of 10 unjudged: judged as usual
-    assert call_iteration(Evidence(8, 8, 2, copied=2, cond_entropy=1.0, mi=0.0)).label == "template_collapse"
+    assert call_iteration(Evidence(8, 8, 2, copied=2, cond_entropy=1.0, retrieval=0.0)).label == "template_collapse"
     assert call_iteration(Evidence(0, 0, 5)).label == "no_reasoning"  # every candidate empty
     assert call_iteration(Evidence(0, 0, 0)).label == "undetermined"  # nothing sampled at all
 

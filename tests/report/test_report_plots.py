@@ -80,29 +80,38 @@ def _constant_lines(ax) -> tuple[list[float], list[float]]:
     return vertical, horizontal
 
 
-def test_regime_plane_thresholds_come_from_config_and_log_n(make_run):
+def test_regime_plane_thresholds_come_from_config(make_run):
     run = read_run(make_run(iterations=10))
-    figure, notes = plots_batch.regime_figure(run.metrics, "est", entropy_threshold=0.5, mi_fraction=0.1)
+    figure, notes = plots_batch.regime_figure(run.metrics, "est", entropy_threshold=0.5, retrieval_threshold=0.15)
     first_turn, trajectory = figure.axes[:2]
-    # first-turn: N = 8 columns, 0.1 * log 8 = 0.20794; trajectory: N = 64, 0.1 * log 64 = 0.41589
-    assert _constant_lines(first_turn) == ([0.5], [pytest.approx(0.1 * math.log(8), rel=1e-9)])
-    assert _constant_lines(trajectory) == ([0.5], [pytest.approx(0.1 * math.log(64), rel=1e-9)])
+    # the same retrieval threshold at any N: a share, unlike an MI value bounded by log N
+    assert _constant_lines(first_turn) == ([0.5], [0.15]) and _constant_lines(trajectory) == ([0.5], [0.15])
     labels = {t.get_text() for t in trajectory.texts}
     assert {"TEMPLATE COLLAPSE", "diverse, grounded", "compressed, grounded", "low-entropy collapse"} <= labels
-    assert trajectory.get_xlabel().startswith("H(Z|X)") and trajectory.get_ylabel().startswith("I(X;Z)")
+    assert trajectory.get_xlabel().startswith("H(Z|X)")
+    assert trajectory.get_ylabel().startswith("input dependence: retrieval above chance")
+    # the points are retrieval above chance (acc - chance), the value the regime call reads
+    points = trajectory.collections[0].get_offsets()
+    logged = run.metrics.get("diag/trajectory/est/retrieval_above_chance")
+    assert points[:, 1].tolist() == pytest.approx(logged.values.tolist(), rel=1e-12)
     assert notes == []
+
+
+SEQ = "diag/trajectory/seq"
 
 
 def test_regime_plane_for_sequence_family_draws_no_per_token_entropy_threshold():
     metrics = build_metrics(
         [
-            {"iteration": 1, "diag/trajectory/seq/mi_estimate": 2.0, "diag/trajectory/seq/conditional_entropy": 30.0},
-            {"iteration": 5, "diag/trajectory/seq/mi_estimate": 0.5, "diag/trajectory/seq/conditional_entropy": 31.0},
+            {"iteration": 1, f"{SEQ}/retrieval_above_chance": 0.5, f"{SEQ}/conditional_entropy": 30.0}
+            | {f"{SEQ}/mi_estimate": 2.0},
+            {"iteration": 5, f"{SEQ}/retrieval_above_chance": 0.1, f"{SEQ}/conditional_entropy": 31.0}
+            | {f"{SEQ}/mi_estimate": 0.5},
         ]
     )
     figure, notes = plots_batch.regime_figure(metrics, "seq")
-    assert _constant_lines(figure.axes[0]) == ([], [])
-    assert notes == ["trajectory: no mi_upper_bound or columns logged, MI threshold not drawn"]
+    assert _constant_lines(figure.axes[0]) == ([], [0.1])  # nats per sequence: no per-token entropy threshold
+    assert notes == []
 
 
 def test_reward_matrix_outlines_exactly_the_kept_groups():

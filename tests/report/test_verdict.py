@@ -27,6 +27,7 @@ def diag(scope="trajectory", regime="template_collapse", acc=0.5, chance=0.0625,
         f"{base}/regime": regime,
         f"{base}/est/retrieval_acc": acc,
         f"{base}/est/retrieval_chance": chance,
+        f"{base}/est/retrieval_above_chance": acc - chance,
         f"{base}/pairs": pairs,
         f"{base}/columns": 16,
         f"{base}/est/conditional_entropy": 1.2,
@@ -78,7 +79,7 @@ def test_too_few_diagnosed_iterations_is_undetermined_not_a_red_collapse(tmp_pat
     regime = result.fact("regime")
     assert regime.value == "undetermined (trajectory)" and regime.tone == "plain"
     assert "latest H(Z|X) 1.2 nats/token (T = 1 on T = 0.7 samples) vs 0.5" in regime.detail
-    assert "MI-Est 0.1 vs 0.1 x log 16 = 0.277" in regime.detail
+    assert "retrieval above chance 0.438 vs 0.1" in regime.detail
     assert result.fact("success").value == "0.06 -> 0.25 (up)"
 
 

@@ -10,18 +10,21 @@ within the batch:
     for d = 1..D:  pi_d = a uniformly random permutation of the rows
                    null_d = proxy(L, true_col[pi_d])            (same scores, attribution broken)
     null_mean   = mean_d null_d,      null_std = std_d null_d (ddof 1)
-    corrected   = raw - null_mean                               (bias-corrected estimate)
+    corrected   = raw - null_mean
     [ci_low, ci_high] = [raw - q_{1-a/2}(null), raw - q_{a/2}(null)]     (a = 1 - level)
 
-Under the exact null (each row's true column unrelated to its content) the raw value is exchangeable with the
-null draws, so the interval contains 0 with probability ``level``; a grounded batch puts raw far above the null
-and the interval away from 0. The interval describes attribution noise for this batch's scores; it does not
-include the sampling noise of drawing another batch.
+For retrieval above chance the corrected value is the same statistic with its bias removed
+(``retrieval_above_chance_corrected``). For MI-Est it is not an MI estimate: MI-Est's marginal term does not move
+under a shuffle, so raw - null_mean = mean_i matched_i - mean_d mean_i L[i, true_col[pi_d(i)]], the matched scores
+minus the average score of a row under a random one of the batch's prompts: a contrast, with no log N bound (the
+example below reads 0 - (-3 x 7/8) = 2.625 nats in expectation at N = 8, above log 8 = 2.08). It is named
+``mi_contrast``, with its interval ``mi_contrast_ci_low`` / ``_ci_high``; use it to test "no input dependence" (an
+interval holding 0), and raw ``mi_estimate`` (at most log N) wherever an amount of information is meant.
 
 >>> logp = 3.0 * torch.eye(8) - 3.0                    # each of 8 reasonings fits its own prompt best
 >>> out = permutation_null(logp, torch.arange(8), draws=200, generator=torch.Generator().manual_seed(0))
->>> out["mi_estimate_corrected"] > 2.5, out["mi_estimate_ci_low"] > 0, out["retrieval_above_chance_ci_low"] > 0
-(True, True, True)
+>>> round(out["mi_contrast"], 1), out["mi_contrast_ci_low"] > 0, out["retrieval_above_chance_ci_low"] > 0
+(2.6, True, True)
 """
 
 from __future__ import annotations
@@ -33,7 +36,21 @@ import torch
 from mirl.diagnostics.info import mi_proxies
 
 NULL_STATS: tuple[str, ...] = ("mi_estimate", "retrieval_above_chance")
-NULL_KEYS: tuple[str, ...] = ("null_mean", "null_std", "corrected", "ci_low", "ci_high")
+# stat -> (name of raw - null_mean, prefix of its interval); module docstring
+CORRECTED: dict[str, tuple[str, str]] = {
+    "mi_estimate": ("mi_contrast", "mi_contrast"),
+    "retrieval_above_chance": ("retrieval_above_chance_corrected", "retrieval_above_chance"),
+}
+
+
+def null_keys(stat: str) -> tuple[str, ...]:
+    """The five keys :func:`permutation_null` writes for ``stat``.
+
+    >>> null_keys("mi_estimate")
+    ('mi_estimate_null_mean', 'mi_estimate_null_std', 'mi_contrast', 'mi_contrast_ci_low', 'mi_contrast_ci_high')
+    """
+    corrected, interval = CORRECTED[stat]
+    return (f"{stat}_null_mean", f"{stat}_null_std", corrected, f"{interval}_ci_low", f"{interval}_ci_high")
 
 
 def permutation_null(
@@ -45,7 +62,7 @@ def permutation_null(
     level: float = 0.95,
     generator: torch.Generator,
 ) -> dict[str, float]:
-    """``{stat}_{key}`` for stat in NULL_STATS and key in NULL_KEYS (module docstring), from ``draws`` shuffles.
+    """:func:`null_keys` of each stat in NULL_STATS (module docstring), from ``draws`` shuffles.
 
     ``logp`` (M, N), ``true_col`` (M,) and ``col_group`` (N,) as for :func:`mi_proxies`. With one row there is
     nothing to shuffle and every value is NaN.
@@ -57,7 +74,7 @@ def permutation_null(
     raw = mi_proxies(logp, true_col, col_group=col_group, ks=(1,))
     rows = true_col.shape[0]
     if rows < 2:
-        return {f"{stat}_{key}": math.nan for stat in NULL_STATS for key in NULL_KEYS}
+        return {key: math.nan for stat in NULL_STATS for key in null_keys(stat)}
     null = _null_draws(logp, true_col, col_group, draws, generator)
     null["mi_estimate"] -= raw["marginal_mean"]  # MI-Est = mean matched - mean marginal; the marginal never moves
     null["retrieval_above_chance"] -= raw["retrieval_chance"]  # the chance of a row multiset, the same too
@@ -67,11 +84,9 @@ def permutation_null(
         values = null[stat]
         low_q, high_q = torch.quantile(values, torch.tensor([tail, 1.0 - tail], dtype=torch.float64)).tolist()
         mean = float(values.mean())
-        out[f"{stat}_null_mean"] = mean
-        out[f"{stat}_null_std"] = float(values.std())
-        out[f"{stat}_corrected"] = raw[stat] - mean
-        out[f"{stat}_ci_low"] = raw[stat] - high_q
-        out[f"{stat}_ci_high"] = raw[stat] - low_q
+        null_mean, null_std, corrected, ci_low, ci_high = null_keys(stat)
+        out[null_mean], out[null_std] = mean, float(values.std())
+        out[corrected], out[ci_low], out[ci_high] = raw[stat] - mean, raw[stat] - high_q, raw[stat] - low_q
     return out
 
 

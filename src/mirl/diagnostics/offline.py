@@ -194,10 +194,16 @@ def summary_rows(metrics: dict[str, float | str], ks: Sequence[int] = (1, 2, 4, 
             for stat in ("mi_estimate", "mi_upper_bound", "mi_zscore", "conditional_entropy", "reasoning_entropy"):
                 row[stat] = metrics.get(f"{est}/{stat}", math.nan)  # an undefined z-score is left out
             row["mi_estimate_seq"] = metrics[f"{base}/seq/mi_estimate"]
-            for stat in ("mi_estimate", "retrieval_above_chance"):  # the permutation null, when it ran
-                if f"{est}/{stat}_corrected" in metrics:
-                    row[f"{stat}_corrected"] = metrics[f"{est}/{stat}_corrected"]
-                    row[f"{stat}_interval"] = (metrics[f"{est}/{stat}_ci_low"], metrics[f"{est}/{stat}_ci_high"])
+            for stat, interval in (
+                ("mi_contrast", "mi_contrast"),
+                ("retrieval_above_chance_corrected", "retrieval_above_chance"),
+            ):  # the permutation null, when it ran
+                if f"{est}/{stat}" in metrics:
+                    row[stat] = metrics[f"{est}/{stat}"]
+                    row[f"{stat}_interval"] = (
+                        metrics[f"{est}/{interval}_ci_low"],
+                        metrics[f"{est}/{interval}_ci_high"],
+                    )
             for k in ks:
                 suffix = "" if k == 1 else f"@{k}"
                 row[f"retrieval{suffix or '@1'}"] = metrics[f"{est}/retrieval_acc{suffix}"]

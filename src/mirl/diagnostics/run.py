@@ -160,7 +160,7 @@ def run_diagnostics(
         format_reasoning: the reasoning of the prompt's format example, when the prompt shows one; pairs whose
             reasoning copies it are counted (``copied_reasoning``) and weigh towards ``no_reasoning``.
     """
-    thresholds = RegimeThresholds(entropy=config.regime_entropy_threshold, mi_fraction=config.regime_mi_fraction)
+    thresholds = RegimeThresholds(entropy=config.regime_entropy_threshold)  # action dependence: MI-based labels
     out: dict[str, float | str] = {}
     episodes = with_image_keys(policy, episodes)
     if config.reasoning != "closed":  # (the recorded spans are the closed ones)
@@ -196,9 +196,9 @@ def run_diagnostics(
         )
         scores = _Scores(*matrices, pair_set.true_col, pair_set.col_group)
         est = _family(out, scope, "", scores, config, state)
-        # the null-corrected MI-Est when the permutation null ran (raw MI-Est is biased below 0 without information)
-        mi = out.get(f"diag/{scope}/est/mi_estimate_corrected", est["mi_estimate"])
-        measured = {"cond_entropy": est["conditional_entropy"], "mi": mi}
+        # input dependence: retrieval above chance, null-corrected when the permutation null ran (regimes.py)
+        retrieval = out.get(f"diag/{scope}/est/retrieval_above_chance_corrected", est["retrieval_above_chance"])
+        measured = {"cond_entropy": est["conditional_entropy"], "retrieval": retrieval, "mi": est["mi_estimate"]}
         evidence = dataclasses.replace(evidence, **measured, sample_temperature=sample_temperature)
         out[f"diag/{scope}/regime"] = call_iteration(evidence, criteria).label
         if config.action_dependence:
@@ -243,7 +243,7 @@ def _counts(pair_set: PairSet, copied: int, sample_temperature: float) -> dict[s
 def _criteria(config: DiagnosticsConfig) -> Criteria:
     return Criteria(
         entropy=config.regime_entropy_threshold,
-        mi_fraction=config.regime_mi_fraction,
+        retrieval=config.regime_retrieval_threshold,
         min_columns=config.regime_min_columns,
         min_iterations=config.regime_min_iterations,
     )

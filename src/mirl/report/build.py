@@ -110,12 +110,12 @@ def _regime_table(run: RunData) -> str:
 
 def _regime_section(run: RunData, family: str) -> Section:
     entropy = float(run.config_value("diagnostics.regime_entropy_threshold", 0.5))
-    fraction = float(run.config_value("diagnostics.regime_mi_fraction", 0.1))
+    cut = float(run.config_value("diagnostics.regime_retrieval_threshold", 0.1))
     section = _figure_section(
-        run, "regime", "Regime plane", lambda: plots_batch.regime_figure(run.metrics, family, entropy, fraction)
+        run, "regime", "Regime plane", lambda: plots_batch.regime_figure(run.metrics, family, entropy, cut)
     )
     intro = f"{section.intro} Thresholds: H(Z|X) = {entropy:g} (nats per token, scored at T = 1, for samples drawn at "
-    intro += f"T = 1), I(X;Z) = {fraction:g} x log N. Criteria of each label: docs/metrics.md."
+    intro += f"T = 1), input dependence (retrieval above chance) = {cut:g}. Criteria of each label: docs/metrics.md."
     return Section(section.id, section.title, intro, section.images, section.missing, _regime_table(run))
 
 

@@ -1,10 +1,11 @@
 """Figures of structure rather than trend: the regime plane, reward matrices, gradient norms per bucket.
 
-Regime plane (docs/metrics.md, "Regimes"): x = H(Z|X) (within-input diversity), y = I(X;Z) (MI-Est, input
-dependence). The thresholds are the config's ``diagnostics.regime_entropy_threshold`` (per-token nats, so
-only drawn for the per-token ``est`` families) and ``diagnostics.regime_mi_fraction * log N`` with log N the
-median logged ``mi_upper_bound``. Quadrants: high/high diverse and grounded, high H(Z|X) with low I template
-collapse, low/high compressed and grounded, low/low low-entropy collapse.
+Regime plane (docs/metrics.md, "Regimes"): x = H(Z|X) (within-input diversity), y = input dependence as the
+regime call reads it, retrieval above chance (null-corrected where the permutation null was logged). The
+thresholds are the config's ``diagnostics.regime_entropy_threshold`` (per-token nats, so only drawn for the
+per-token ``est`` families) and ``diagnostics.regime_retrieval_threshold``. Quadrants: high/high diverse and
+grounded, high H(Z|X) with low dependence template collapse, low/high compressed and grounded, low/low low-entropy
+collapse.
 
 Gradient norms (docs/metrics.md, "Gradient decomposition") are averaged over the iterations where the decomposition ran.
 """
@@ -29,12 +30,16 @@ COMPONENTS = ("task", "entropy", "kl")
 
 
 def aligned_path(metrics: Metrics, scope: str, family: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(iterations, H(Z|X), retrieval above chance) where both were logged; the null-corrected retrieval when the
+    run logged it (the value the regime call reads)."""
     entropy = metrics.get(f"diag/{scope}/{family}/conditional_entropy")
-    mi = metrics.get(f"diag/{scope}/{family}/mi_estimate")
-    if entropy is None or mi is None:
+    dependence = metrics.get(f"diag/{scope}/{family}/retrieval_above_chance_corrected") or metrics.get(
+        f"diag/{scope}/{family}/retrieval_above_chance"
+    )
+    if entropy is None or dependence is None:
         return None
-    common, ie, im = np.intersect1d(entropy.iterations, mi.iterations, return_indices=True)
-    return (common, entropy.values[ie], mi.values[im]) if len(common) else None
+    common, ie, im = np.intersect1d(entropy.iterations, dependence.iterations, return_indices=True)
+    return (common, entropy.values[ie], dependence.values[im]) if len(common) else None
 
 
 def log_columns(metrics: Metrics, scope: str, family: str) -> float | None:
@@ -64,13 +69,13 @@ def regime_axes(ax, x: np.ndarray, y: np.ndarray, thresholds: tuple[float | None
 
 
 def regime_figure(
-    metrics: Metrics, family: str = "est", entropy_threshold: float = 0.5, mi_fraction: float = 0.1
+    metrics: Metrics, family: str = "est", entropy_threshold: float = 0.5, retrieval_threshold: float = 0.1
 ) -> tuple[Figure | None, list[str]]:
-    """The run's path through the (H(Z|X), I(X;Z)) plane, one panel per scope, coloured by iteration."""
+    """The run's path through the (H(Z|X), input dependence) plane, one panel per scope, coloured by iteration."""
     paths = {scope: aligned_path(metrics, scope, family) for scope in scopes(metrics, family)}
     paths = {scope: path for scope, path in paths.items() if path is not None}
     if not paths:
-        return None, [f"no diag/<scope>/{family}/conditional_entropy and mi_estimate logged"]
+        return None, [f"no diag/<scope>/{family}/conditional_entropy and retrieval_above_chance logged"]
     notes: list[str] = []
     figure, axes = new_figure(1, len(paths), 5.4 * len(paths) + 1.0, 4.6)
     first = min(int(p[0][0]) for p in paths.values())
@@ -78,19 +83,16 @@ def regime_figure(
     points = None
     for ax, (scope, (its, x, y)) in zip(axes[0], paths.items(), strict=True):
         log_n = log_columns(metrics, scope, family)
-        y_cut = mi_fraction * log_n if log_n is not None else None
         x_cut = entropy_threshold if family.endswith("est") else None
-        if y_cut is None:
-            notes.append(f"{scope}: no mi_upper_bound or columns logged, MI threshold not drawn")
         ax.plot(x, y, color="0.6", linewidth=0.9, zorder=1)
         points = ax.scatter(x, y, c=its, cmap="viridis", vmin=first, vmax=max(last, first + 1), s=28, zorder=3)
         ax.plot(x[:1], y[:1], "s", color="black", markerfacecolor="none", markersize=9, label="first")
         ax.plot(x[-1:], y[-1:], "*", color="red", markersize=12, label="last", zorder=4)
-        regime_axes(ax, x, y, (x_cut, y_cut))
+        regime_axes(ax, x, y, (x_cut, retrieval_threshold))
         bound = f", log N = {log_n:.2f}" if log_n is not None else ""
         ax.set_title(f"{scope.replace('_', '-')} scope{bound}", fontsize=10)
         ax.set_xlabel(f"H(Z|X) conditional entropy, scored at T = 1  [{family}]")
-        ax.set_ylabel(f"I(X;Z) MI-Est  [{family}]")
+        ax.set_ylabel(f"input dependence: retrieval above chance  [{family}]")
         ax.grid(alpha=0.3)
     figure.colorbar(points, ax=list(axes[0]), label="iteration", shrink=0.9)
     handles = axes[0, 0].get_legend_handles_labels()[0]

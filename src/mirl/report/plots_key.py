@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 
 from mirl.diagnostics.regimes import Criteria
 from mirl.report.plots import align_x, draw, empty_panel, finish, mark_onset, new_figure
-from mirl.report.plots_batch import aligned_path, log_columns, regime_axes
+from mirl.report.plots_batch import aligned_path, regime_axes
 from mirl.report.rundir import Metrics
 
 
@@ -61,18 +61,16 @@ def _mi_entropy(ax, metrics: Metrics, scope: str | None) -> None:
 def _plane(ax, metrics: Metrics, scope: str | None, rules: Criteria) -> None:
     path = aligned_path(metrics, scope, "est") if scope else None
     if path is None:
-        empty_panel(ax, "no H(Z|X) and MI-Est logged")
+        empty_panel(ax, "no H(Z|X) and retrieval logged")
         ax.set_title("regime plane", fontsize=10)
         return
     iterations, x, y = path
-    log_n = log_columns(metrics, scope, "est")
-    y_cut = rules.mi_fraction * log_n if log_n is not None else None
     ax.plot(x, y, color="0.6", linewidth=0.9, zorder=1)
     ax.scatter(x, y, c=iterations, cmap="viridis", s=28, zorder=3)
     ax.plot(x[-1:], y[-1:], "*", color="red", markersize=12, label=f"latest (iteration {iterations[-1]})", zorder=4)
-    regime_axes(ax, x, y, (rules.entropy, y_cut))
+    regime_axes(ax, x, y, (rules.entropy, rules.retrieval))
     ax.set_title(f"regime plane ({scope.replace('_', '-')} scope)", fontsize=10)
     ax.set_xlabel("H(Z|X) nats/token, scored at T = 1")
-    ax.set_ylabel("I(X;Z) MI-Est")
+    ax.set_ylabel("retrieval above chance")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="center right")

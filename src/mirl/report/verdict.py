@@ -166,7 +166,7 @@ def criteria(run: RunData) -> Criteria:
 
     return Criteria(
         entropy=setting("entropy_threshold", defaults.entropy, float),
-        mi_fraction=setting("mi_fraction", defaults.mi_fraction, float),
+        retrieval=setting("retrieval_threshold", defaults.retrieval, float),
         min_columns=setting("min_columns", defaults.min_columns, int),
         min_iterations=max(1, setting("min_iterations", defaults.min_iterations, int)),
     )
@@ -186,16 +186,18 @@ def regime_fact(run: RunData, scope: str, rules: Criteria) -> tuple[Fact, str, s
     labels = [label for _, label in run.metrics.text.get(f"diag/{scope}/regime", [])]
     call = call_run(labels, rules)
     evidence = [call.reason]
-    entropy, mi = (run.metrics.get(f"diag/{scope}/est/{k}") for k in ("conditional_entropy", "mi_estimate"))
-    columns = run.metrics.get(f"diag/{scope}/columns")
-    if entropy is not None and mi is not None and columns is not None and columns.last > 0:
+    est = f"diag/{scope}/est"
+    entropy = run.metrics.get(f"{est}/conditional_entropy")
+    dependence = run.metrics.get(f"{est}/retrieval_above_chance_corrected") or run.metrics.get(
+        f"{est}/retrieval_above_chance"
+    )
+    if entropy is not None and dependence is not None:
         temperature = sample_temperature(run, scope)
         cooled = temperature is not None and temperature != SCORING_TEMPERATURE
         at = f"T = {SCORING_TEMPERATURE:g}" + (f" on T = {temperature:g} samples" if cooled else "")
-        cut = rules.mi_fraction * math.log(columns.last)
         evidence.append(
             f"latest H(Z|X) {fmt(entropy.last)} nats/token ({at}) vs {rules.entropy:g}; "
-            f"MI-Est {fmt(mi.last)} vs {rules.mi_fraction:g} x log {int(columns.last)} = {cut:.3g}"
+            f"retrieval above chance {fmt(dependence.last)} vs {rules.retrieval:g}"
         )
     tone = "bad" if call.label in (*COLLAPSES, NO_REASONING) else ("plain" if call.label == "undetermined" else "ok")
     detail = f"{READINGS[call.label]} ({'; '.join(evidence)})"

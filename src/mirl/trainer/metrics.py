@@ -46,14 +46,31 @@ _MI_STATS = (
     ("retrieval_above_chance", "retrieval_acc - retrieval_chance", "fraction"),
     ("retrieval_above_chance@{k}", "retrieval_acc@k - retrieval_chance@k", "fraction"),
 )
-# the permutation null (mirl.diagnostics.null), for {stat} in mi_estimate and retrieval_above_chance
+# the permutation null (mirl.diagnostics.null): the null's mean and spread of raw MI-Est and of retrieval above chance,
+# then raw - null mean with its 95 % interval. For MI-Est that difference is a contrast (matched scores minus a row's
+# average score under the batch's prompts), not an MI estimate: it has no log N bound.
 _NULL_STATS = (
-    ("{stat}_null_mean", "mean of {stat} over D shuffles of the row -> prompt attribution", ""),
-    ("{stat}_null_std", "std (ddof 1) of {stat} over the D shuffles", ""),
-    ("{stat}_corrected", "{stat} - {stat}_null_mean: the bias-corrected estimate (0 without information)", ""),
-    ("{stat}_ci_low", "{stat} - the 97.5 % quantile of the null: lower end of the 95 % interval", ""),
-    ("{stat}_ci_high", "{stat} - the 2.5 % quantile of the null: upper end of the 95 % interval", ""),
-)
+    *(
+        (f"{stat}_{key}", formula.format(stat=stat), "")
+        for stat in ("mi_estimate", "retrieval_above_chance")
+        for key, formula in (
+            ("null_mean", "mean of {stat} over D shuffles of the row -> prompt attribution"),
+            ("null_std", "std (ddof 1) of {stat} over the D shuffles"),
+        )
+    ),
+    ("mi_contrast", "mi_estimate - mi_estimate_null_mean = mean_i matched_i - mean over shuffles of the mean "
+     "shuffled matched score: 0 without input dependence, no log N bound (not an MI estimate)", "nats"),
+    ("mi_contrast_ci_low", "mi_estimate - the 97.5 % quantile of its null: lower end of mi_contrast's 95 % interval",
+     "nats"),
+    ("mi_contrast_ci_high", "mi_estimate - the 2.5 % quantile of its null: upper end of mi_contrast's 95 % interval",
+     "nats"),
+    ("retrieval_above_chance_corrected", "retrieval_above_chance - its null mean (0 without information)",
+     "fraction"),
+    ("retrieval_above_chance_ci_low", "retrieval_above_chance - the 97.5 % quantile of its null: lower end of the "
+     "corrected value's 95 % interval", "fraction"),
+    ("retrieval_above_chance_ci_high", "retrieval_above_chance - the 2.5 % quantile of its null: upper end of the "
+     "corrected value's 95 % interval", "fraction"),
+)  # fmt: skip
 
 CATALOGUE: tuple[Metric, ...] = (
     Metric("iteration", "1-based training iteration"),
@@ -153,11 +170,7 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("train/lr", "actor learning rate", ""),
     # diagnostics: MI proxies from cross-scoring, per scope and family
     *(Metric(f"diag/{{scope}}/{{family}}/{name}", formula, unit) for name, formula, unit in _MI_STATS),
-    *(
-        Metric(f"diag/{{scope}}/{{family}}/{name.format(stat=stat)}", formula.format(stat=stat), unit)
-        for stat in ("mi_estimate", "retrieval_above_chance")
-        for name, formula, unit in _NULL_STATS
-    ),
+    *(Metric(f"diag/{{scope}}/{{family}}/{name}", formula, unit) for name, formula, unit in _NULL_STATS),
     Metric("diag/{scope}/pairs", "M: (X, Z) pairs scored", "pairs"),
     Metric("diag/{scope}/columns", "N: prompt columns", "columns"),
     Metric("diag/{scope}/empty_reasoning", "candidate pairs skipped for an empty Z", "pairs"),
