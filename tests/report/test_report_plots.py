@@ -202,3 +202,27 @@ def test_key_figure_draws_four_panels_and_says_what_is_missing(make_run):
     assert [t.get_text() for t in figure.axes[1].texts] == ["no MI diagnostics logged"]
     assert [t.get_text() for t in figure.axes[3].texts] == ["no filter/kept_ratio logged"]
     assert key_figure(Metrics(), None, Criteria()) == (None, ["no metrics to plot"])
+
+
+def test_the_mi_curve_carries_its_null_band_in_the_detail_and_key_figures():
+    from mirl.diagnostics.regimes import Criteria
+    from mirl.report.plots_key import key_figure
+
+    est = "diag/trajectory/est"
+    rows = [
+        {"iteration": it, f"{est}/mi_estimate": mi, f"{est}/conditional_entropy": 1.0, f"{est}/retrieval_acc": 0.5}
+        | {f"{est}/mi_contrast_ci_low": mi - 0.3, f"{est}/mi_contrast_ci_high": mi + 0.1}
+        for it, mi in ((1, 1.0), (5, 0.4))
+    ]
+    metrics = build_metrics(rows)
+    # interval of raw - null mean = [raw - q97.5, raw - q2.5], so the null's range is [raw - ci_high, raw - ci_low]
+    iterations, low, high = plots.null_band(metrics, "trajectory", "est", "mi_estimate")
+    assert iterations.tolist() == [1, 5]
+    assert low.tolist() == pytest.approx([-0.1, -0.1]) and high.tolist() == pytest.approx([0.3, 0.3])
+    older = build_metrics([{k.replace("mi_contrast", "mi_estimate"): v for k, v in row.items()} for row in rows])
+    assert plots.null_band(older, "trajectory", "est", "mi_estimate")[1].tolist() == pytest.approx([-0.1, -0.1])
+    assert plots.null_band(build_metrics([rows[0] | {f"{est}/mi_contrast_ci_low": None}]), "x", "est", "mi") is None
+    detail, _ = plots.diagnostics_figure(metrics)
+    assert any(c.get_label() == "trajectory null 95 %" for c in detail.axes[0].collections)
+    key, _ = key_figure(metrics, "trajectory", Criteria())
+    assert any(c.get_label() == "trajectory null 95 %" for c in key.axes[1].collections)

@@ -96,7 +96,7 @@ def test_input_dependence_is_judged_on_its_interval(tmp_path):
     # 8 of 16 retrieved: interval 0.28-0.72 lies above chance 1/16 -> above chance
     above = verdict(write(tmp_path, [UPDATED | diag(acc=0.5)], name="a")).fact("input dependence")
     assert above.value == "retrieval 0.5 vs chance 0.0625: above chance" and above.tone == "ok"
-    assert above.detail == "95% interval 0.28-0.72 over 16 pairs; trajectory scope, iteration 1"
+    assert above.detail == "retrieval 0.5 (95% interval 0.28-0.72 over 16 pairs); trajectory scope, iteration 1"
     # 2 of 16 (0.125): interval 0.035-0.36 contains chance 1/16 -> at chance
     at = verdict(write(tmp_path, [UPDATED | diag(acc=0.125)], name="b")).fact("input dependence")
     assert at.value.endswith("at chance") and at.tone == "warn"
@@ -104,13 +104,18 @@ def test_input_dependence_is_judged_on_its_interval(tmp_path):
 
 def test_input_dependence_uses_the_permutation_null_interval_when_logged(tmp_path):
     null = {
+        "diag/trajectory/est/retrieval_above_chance_corrected": 0.3,
         "diag/trajectory/est/retrieval_above_chance_ci_low": 0.1,
         "diag/trajectory/est/retrieval_above_chance_ci_high": 0.5,
     }
     above = verdict(write(tmp_path, [UPDATED | diag(acc=0.375, **null)], name="a")).fact("input dependence")
-    # chance 0.0625 + [0.1, 0.5] = [0.1625, 0.5625]: above chance
-    assert above.value.endswith("above chance")
-    assert above.detail == "permutation-null 95% interval 0.16-0.56 (16 pairs); trajectory scope, iteration 1"
+    # the interval [0.1, 0.5] lies above 0 and is printed beside the value it belongs to, +0.30 (a value outside
+    # its own interval, as "retrieval 0.375 ... interval 0.16-0.56" of chance-shifted bounds read, cannot recur)
+    assert above.value == "retrieval 0.375 vs chance 0.0625: above chance"
+    assert above.detail == (
+        "above chance, null-corrected: +0.30 (95% interval +0.10 to +0.50, from shuffled attributions, 16 pairs); "
+        "trajectory scope, iteration 1"
+    )
     straddle = {**null, "diag/trajectory/est/retrieval_above_chance_ci_low": -0.05}
     at = verdict(write(tmp_path, [UPDATED | diag(acc=0.375, **straddle)], name="b")).fact("input dependence")
     assert at.value.endswith("at chance")  # the Wilson interval alone would call 6 of 16 above chance

@@ -178,14 +178,52 @@ def scopes(metrics: Metrics, family: str) -> list[str]:
     return [s for s in SCOPE_ORDER if s in found] + sorted(found - set(SCOPE_ORDER))
 
 
+# the interval keys of a statistic's permutation null (mirl.diagnostics.null); the second name is older runs'
+NULL_INTERVALS = {
+    "mi_estimate": ("mi_contrast", "mi_estimate"),
+    "retrieval_acc": ("retrieval_above_chance", "retrieval_above_chance"),
+}
+
+
+def null_band(metrics: Metrics, scope: str, family: str, stat: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Where ``stat`` would lie without input dependence: the 95 % range of its permutation null per diagnosed
+    iteration, (iterations, low, high), or None when the run did not log the null.
+
+    The logged interval of raw - null mean is [raw - q97.5, raw - q2.5] of the null's draws, so the null's own
+    range is [value - ci_high, value - ci_low] (for retrieval accuracy, whose null is chance + the null of
+    retrieval above chance, the same algebra holds).
+    """
+    value = metrics.get(f"diag/{scope}/{family}/{stat}")
+    for prefix in dict.fromkeys(NULL_INTERVALS.get(stat, ())):
+        low = metrics.get(f"diag/{scope}/{family}/{prefix}_ci_low")
+        high = metrics.get(f"diag/{scope}/{family}/{prefix}_ci_high")
+        if value is None or low is None or high is None:
+            continue
+        common, iv, il = np.intersect1d(value.iterations, low.iterations, return_indices=True)
+        common, keep, ih = np.intersect1d(common, high.iterations, return_indices=True)
+        if len(common):
+            values = value.values[iv][keep]
+            return common, values - high.values[ih], values - low.values[il][keep]
+    return None
+
+
 def _scope_panel(ax: Axes, metrics: Metrics, names: list[str], family: str, stat: str) -> bool:
     drawn = False
     for index, scope in enumerate(names):
         series = metrics.get(f"diag/{scope}/{family}/{stat}")
         if series is not None:
             draw(ax, series, scope.replace("_", "-"), color=f"C{index}", markers=True)
+            draw_null_band(ax, metrics, scope, family, stat, f"C{index}")
             drawn = True
     return drawn
+
+
+def draw_null_band(ax: Axes, metrics: Metrics, scope: str, family: str, stat: str, color: str) -> None:
+    """Shade ``stat``'s null band (:func:`null_band`) when the run logged it."""
+    band = null_band(metrics, scope, family, stat)
+    if band is not None:
+        label = f"{scope.replace('_', '-')} null 95 %"
+        ax.fill_between(band[0], band[1], band[2], color=color, alpha=0.15, linewidth=0, label=label)
 
 
 def _retrieval_panel(ax: Axes, metrics: Metrics, names: list[str], family: str) -> bool:

@@ -9,7 +9,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from mirl.diagnostics.regimes import Criteria
-from mirl.report.plots import align_x, draw, empty_panel, finish, mark_onset, new_figure
+from mirl.report.plots import align_x, draw, draw_null_band, empty_panel, finish, mark_onset, new_figure
 from mirl.report.plots_batch import aligned_path, regime_axes
 from mirl.report.rundir import Metrics
 
@@ -53,6 +53,7 @@ def _mi_entropy(ax, metrics: Metrics, scope: str | None) -> None:
         finish(ax, "MI vs entropy", "nats/token")
         return
     draw(ax, mi, "I(X;Z) MI-Est", color="C0", markers=True)
+    draw_null_band(ax, metrics, scope, "est", "mi_estimate", "C0")
     draw(ax, entropy, "H(Z|X)", color="C3", markers=True)
     finish(ax, f"MI vs entropy ({name} scope, per token)", "nats/token", y_range="zero")
     mark_onset(ax, metrics, scope, "0.3")

@@ -8,11 +8,12 @@ The verdict is a health word and a few facts, each with the evidence behind it (
 - success: training success from its first to its last logged value (means of the first and last quarter when
   there are 8 or more iterations), and validation success the same way;
 - input dependence: top-1 retrieval accuracy of the latest diagnosed iteration against its chance level; "above
-  chance" only when the whole 95 % interval is: the permutation-null interval of retrieval above chance
-  (``est/retrieval_above_chance_ci_*``, :mod:`mirl.diagnostics.null`) when the run logged it, else a Wilson
-  interval over the M scored pairs;
+  chance" only when the whole 95 % interval is: the interval of null-corrected retrieval above chance
+  (``est/retrieval_above_chance_corrected`` and ``_ci_*``, :mod:`mirl.diagnostics.null`), printed beside that
+  value, when the run logged it; else a Wilson interval of the accuracy over the M scored pairs, beside the
+  accuracy;
 - regime: :func:`mirl.diagnostics.regimes.call_run` over the scope's per-iteration labels, with the latest
-  H(Z|X) and MI-Est against their thresholds and a plain-language reading;
+  H(Z|X) and retrieval above chance against their thresholds and a plain-language reading;
 - collapse onset: the first iteration at which the scope's retrieval accuracy fell beyond its noise, and whether
   H(Z|X) stayed up there (template collapse) or fell with it (:mod:`mirl.report.onset`); absent when it never fell;
 - kept share: the filter's mean kept fraction and the iterations that kept nothing.
@@ -137,18 +138,22 @@ def dependence(metrics: Metrics, scope: str) -> Fact | None:
     if chance is None or n == 0:
         return None
     name = scope.replace("_", "-")
-    null_low = value_at(metrics.get(f"diag/{scope}/est/retrieval_above_chance_ci_low"), iteration)
-    null_high = value_at(metrics.get(f"diag/{scope}/est/retrieval_above_chance_ci_high"), iteration)
-    if null_low is not None and null_high is not None:  # the interval of acc - chance from shuffled attributions
-        low, high = chance + null_low, chance + null_high
-        how = f"permutation-null 95% interval {low:.2f}-{high:.2f} ({n} pairs)"
+    est = f"diag/{scope}/est"
+    null_low = value_at(metrics.get(f"{est}/retrieval_above_chance_ci_low"), iteration)
+    null_high = value_at(metrics.get(f"{est}/retrieval_above_chance_ci_high"), iteration)
+    corrected = value_at(metrics.get(f"{est}/retrieval_above_chance_corrected"), iteration)
+    if null_low is not None and null_high is not None and corrected is not None:  # from shuffled attributions
+        how = (f"above chance, null-corrected: {corrected:+.2f} (95% interval {null_low:+.2f} to {null_high:+.2f}, "
+               f"from shuffled attributions, {n} pairs)")  # fmt: skip
+        above, below = null_low > 0, null_high < 0
     else:
         low, high = wilson(p * n, n)
-        how = f"95% interval {low:.2f}-{high:.2f} over {n} pairs"
+        how = f"retrieval {fmt(p)} (95% interval {low:.2f}-{high:.2f} over {n} pairs)"
+        above, below = low > chance, high < chance
     word, tone = "at chance", "warn"
-    if low > chance:
+    if above:
         word, tone = "above chance", "ok"
-    elif high < chance:
+    elif below:
         word, tone = "below chance", "bad"
     detail = f"{how}; {name} scope, iteration {iteration}"
     return Fact("input dependence", f"retrieval {fmt(p)} vs chance {fmt(chance)}: {word}", detail, tone)
