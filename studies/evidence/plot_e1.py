@@ -1,5 +1,5 @@
-"""Figure of E1: the MI contrast (null-corrected MI-Est) and retrieval above chance against the grounded fraction,
-one line per N.
+"""Figure of E1: the MI contrast (MI-Est minus its permutation null's mean) and retrieval above chance against the
+grounded fraction, one line per N.
 
     python studies/evidence/plot_e1.py [studies/results/evidence/e1.json]
 
