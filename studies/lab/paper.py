@@ -105,14 +105,15 @@ def ranks(values: list[float]) -> np.ndarray:
 
 
 def spearman(xs: list[float], ys: list[float]) -> float:
-    """Spearman's rho: Pearson's correlation of the ranks.
+    """Spearman's rho: Pearson's correlation of the ranks; NaN when either side is constant.
 
-    >>> spearman([1, 2, 3, 4], [10, 20, 40, 30])  # d = (0, 0, 1, -1): 1 - 6 * 2 / (4 * 15)
-    0.8
+    >>> spearman([1, 2, 3, 4], [10, 20, 40, 30]), spearman([1, 2, 3], [5, 5, 5])  # d = (0, 0, 1, -1): 1 - 12 / 60
+    (0.8, nan)
     """
     a, b = ranks(xs), ranks(ys)
     a, b = a - a.mean(), b - b.mean()
-    return round(float((a * b).sum() / math.sqrt((a * a).sum() * (b * b).sum())), 12)
+    scale = math.sqrt((a * a).sum() * (b * b).sum())
+    return round(float((a * b).sum() / scale), 12) if scale > 0 else math.nan
 
 
 def exact_spearman_p(xs: list[float], ys: list[float]) -> float:
@@ -122,6 +123,8 @@ def exact_spearman_p(xs: list[float], ys: list[float]) -> float:
     0.1667
     """
     observed = spearman(xs, ys)
+    if math.isnan(observed):
+        return math.nan
     draws = [spearman(xs, list(p)) for p in itertools.permutations(ys)]
     return sum(d >= observed - 1e-12 for d in draws) / len(draws)
 
@@ -217,6 +220,8 @@ def spread_predictor(runs: dict) -> dict:
         return {"rows": rows, "verdict": "not testable"}
     xs, ys = [r["predictor"] for r in rows], [r["gain"] for r in rows]
     rho, p = spearman(xs, ys), exact_spearman_p(xs, ys)
+    if math.isnan(rho):
+        return {"rows": rows, "rho": rho, "p": p, "verdict": "not testable (a constant side)"}
     verdict = "holds" if p <= 0.05 else ("fails" if rho <= 0 else "inconclusive")
     return {"rows": rows, "rho": rho, "p": p, "verdict": verdict}
 
@@ -235,6 +240,9 @@ def sweep(runs: dict, rng: np.random.Generator) -> dict:
     for m, sign in (("mi", 1), ("cond_entropy", -1)):
         xs = [runs[k][m] for k in keys]
         rho = spearman(xs, success)
+        if math.isnan(rho):
+            out[m] = {"rho": rho, "p": math.nan, "verdict": "not testable (a constant side)"}
+            continue
         p = stratified_p(xs, success, blocks, sign, rng)
         verdict = "holds" if sign * rho > 0 and p <= 0.025 else ("fails" if sign * rho <= 0 else "inconclusive")
         out[m] = {"rho": rho, "p": p, "verdict": verdict}
@@ -286,7 +294,10 @@ def main(argv: list[str] | None = None) -> int:
     result = analyse(runs)
     text = json.dumps(result, indent=1, default=str)
     (args.results / "paper-results.json").write_text(text + "\n", encoding="utf-8")
-    print(text)
+    from paper_report import write_report  # noqa: PLC0415  (beside this file)
+
+    write_report(args.results, runs, result)
+    print((args.results / "paper-results.md").read_text(encoding="utf-8"))
     return 0
 
 

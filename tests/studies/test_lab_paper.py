@@ -112,3 +112,23 @@ def test_sweep_correlations(tmp_path, monkeypatch):
         for seed in paper.SWEEP_SEEDS:
             write_run(unrelated, arm, seed, rng, mi=float(rng.normal()), success=0.5 - 0.1 * float(rng.normal()))
     assert paper.sweep(paper.load(unrelated), np.random.default_rng(0))["mi"]["verdict"] != "holds"
+
+
+def test_every_arm_at_once_writes_the_results_page_and_figure(tmp_path, monkeypatch):
+    monkeypatch.setattr(paper, "PERMUTATIONS", 100)
+    rng = np.random.default_rng(4)
+    for arm, seed in run.part_two() + [("b-low", s) for s in paper.SEEDS] + [("f-low", s) for s in paper.SEEDS]:
+        if not (tmp_path / f"{arm}_s{seed}").exists():
+            write_run(tmp_path, arm, seed, rng, success=float(rng.uniform(0.1, 0.4)))
+    for seed in paper.SEEDS:
+        write_run(tmp_path, "b-high", seed, rng)
+    assert paper.main(["--results", str(tmp_path)]) == 0
+    text = (tmp_path / "paper-results.md").read_text()
+    assert "| T6 quartile slopes | **" in text
+    assert "| T8 spread ratio predicts the filter's gain | **not testable" in text  # every predictor 0.5 here
+    assert (tmp_path / "paper.png").stat().st_size > 20_000
+    assert json.loads((tmp_path / "paper-results.json").read_text())["credit"]["credit-turn"]["verdict"]
+
+
+def test_a_constant_side_is_not_testable_rather_than_significant():
+    assert np.isnan(paper.spearman([1, 2, 3], [5, 5, 5])) and np.isnan(paper.exact_spearman_p([1, 2, 3], [5, 5, 5]))
