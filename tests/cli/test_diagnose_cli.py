@@ -93,3 +93,53 @@ def test_missing_file_and_bad_pairs_exit_with_2(tmp_path, tiny_scorer, capsys):
 def test_the_offline_default_scores_when_no_model_is_named(rollouts, tiny_scorer):
     assert main(["diagnose", str(rollouts), "--pairs", "4"]) == 0
     assert tiny_scorer[0][0] == "smollm2-135m-instruct"
+
+
+def test_copied_format_examples_are_no_reasoning_here_as_in_training(tmp_path, tiny_scorer, capsys):
+    """The rule training applies (a reasoning that copies mirl's format example is no reasoning of its own) is the
+    rule `mirl diagnose` applies: rollouts whose every reasoning is the example read no_reasoning, not a quadrant."""
+    from mirl.rollout.prompts import EXAMPLE_REASONING
+
+    from ..diagnostics.helpers import make_episode, make_turn
+
+    copied = [
+        make_episode(
+            g,
+            k,
+            [make_turn(f"<|im_start|>user\nState {g}<|im_end|>\n<|im_start|>assistant\n", EXAMPLE_REASONING, "Right")],
+        )  # fmt: skip
+        for g in range(4)
+        for k in range(2)
+    ]
+    path = write_episodes(tmp_path / "copied.jsonl", copied)
+    out_file = tmp_path / "diag.json"
+    assert main(["diagnose", str(path), "--model", "tiny-test", "--pairs", "8", "--out", str(out_file)]) == 0
+    metrics = json.loads(out_file.read_text())["metrics"]
+    assert metrics["diag/first_turn/copied_reasoning"] == 8.0
+    assert metrics["diag/first_turn/regime"] == "no_reasoning"
+
+
+def test_a_run_directory_or_its_rollouts_folder_means_its_newest_file(tmp_path, tiny_scorer, capsys):
+    rollouts = tmp_path / "run" / "rollouts"
+    rollouts.mkdir(parents=True)
+    for iteration in (2, 10):  # names sort by their zero-padded number: 10 is the newest
+        write_episodes(rollouts / f"iteration_{iteration:06d}.jsonl", grid_episodes(num_groups=3, samples=2))
+    (rollouts / "notes.txt").write_text("not a rollout file")
+    for given in (tmp_path / "run", rollouts):
+        out_file = tmp_path / "diag.json"
+        assert main(["diagnose", str(given), "--model", "tiny-test", "--pairs", "4", "--out", str(out_file)]) == 0
+        assert json.loads(out_file.read_text())["rollouts"] == str(rollouts / "iteration_000010.jsonl")
+        assert "the newest of 2 rollout files" in capsys.readouterr().err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["diagnose", str(empty), "--model", "tiny-test"]) == 2
+    assert "is a directory without rollout files" in capsys.readouterr().err
+
+
+def test_a_metrics_file_is_named_as_such_in_one_short_line(tmp_path, tiny_scorer, capsys):
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text(json.dumps({"iteration": 1, **{f"diag/k{i}": 0.0 for i in range(180)}}) + "\n")
+    assert main(["diagnose", str(metrics), "--model", "tiny-test"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "is a run's metrics file (one line per iteration), not rollouts" in err and len(err) < 300
+    assert tiny_scorer == []  # refused before any model is loaded

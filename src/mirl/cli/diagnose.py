@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
+import sys
 from pathlib import Path
 
 SCOPE_CHOICES = ("first_turn", "trajectory", "turn_position", "all")
 DEFAULT_SCOPES = ("first_turn", "trajectory")
+ITERATION_FILE = re.compile(r"iteration_\d+\.jsonl")  # the rollout files of a run (trainer/run.py)
 MAX_PAIRS = 100_000  # rows scored per scope; far beyond any rollout file, far below what exhausts memory
 
 
@@ -22,7 +26,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "diagnose", help="score saved rollouts: MI proxies, retrieval vs chance, H(Z|X), H(Z), regime"
     )
-    parser.add_argument("rollouts", metavar="ROLLOUTS.jsonl", help="mirl episodes or generic chat JSONL")
+    parser.add_argument(
+        "rollouts",
+        metavar="ROLLOUTS.jsonl",
+        help="mirl episodes or generic chat JSONL; a run directory or its rollouts/ folder means its newest file",
+    )
     parser.add_argument(
         "--model",
         default="smollm2-135m-instruct",
@@ -64,6 +72,23 @@ def scopes_of(choices: list[str] | None) -> list[str]:
     return [scope for scope in SCOPE_CHOICES[:-1] if scope in chosen]
 
 
+def rollout_file(path: str | Path) -> Path:
+    """``path`` itself, or for a run directory or its ``rollouts/`` folder the newest ``iteration_*.jsonl`` in it
+    (said on stderr). Links are not followed into a run's folders (``os.scandir`` sees them as links)."""
+    from mirl.errors import UserError
+
+    path = Path(path)
+    folder = path / "rollouts" if (path / "rollouts").is_dir() and not (path / "rollouts").is_symlink() else path
+    if not folder.is_dir():
+        return path
+    with os.scandir(folder) as entries:
+        files = sorted(e.name for e in entries if ITERATION_FILE.fullmatch(e.name) and e.is_file(follow_symlinks=False))
+    if not files:
+        raise UserError(f"{str(path)!r} is a directory without rollout files (iteration_N.jsonl); pass a .jsonl file")
+    print(f"mirl diagnose: scoring {folder / files[-1]}, the newest of {len(files)} rollout files", file=sys.stderr)
+    return folder / files[-1]
+
+
 def run_diagnose(args: argparse.Namespace) -> int:
     """Check the arguments and read the whole rollout file first, then load the model and score."""
     from mirl.cli.paths import check_output_file
@@ -76,6 +101,7 @@ def run_diagnose(args: argparse.Namespace) -> int:
     if args.pairs > MAX_PAIRS:  # each pair is a sampled row of the score matrix; the paper uses 64
         raise UserError(f"--pairs must be at most {MAX_PAIRS}, got {args.pairs}; e.g. --pairs 256")
     check_output_file(args.out)
+    args.rollouts = rollout_file(args.rollouts)
     fmt, records = load_records(args.rollouts)  # a bad file fails here, before a model is loaded
     policy = load_policy(args.model, device=args.device, dtype=args.dtype, max_batch_tokens=args.max_batch_tokens)
     report = diagnose_records(
@@ -123,6 +149,7 @@ def diagnose_records(
     """Diagnose checked records (``load_records``) with ``policy``; the JSON-ready report (without the model)."""
     from mirl.cli.progress import work_bar
     from mirl.diagnostics.offline import diagnose, episodes_from_records, summary_rows
+    from mirl.rollout.prompts import EXAMPLE_REASONING
 
     episodes = episodes_from_records(fmt, records, policy.tokenizer, path=path, load_image=_image_loader(path, policy))
     plan = f"scoring {{total:,}} tokens ({mode} mode; {len(episodes)} episodes, up to {num_pairs} pairs per scope)"
@@ -137,6 +164,7 @@ def diagnose_records(
             action_dependence=action_dependence,
             reasoning=reasoning,
             progress=progress,
+            format_reasoning=EXAMPLE_REASONING,  # copies of it are no reasoning, as in training
         )
     return {
         "rollouts": str(path),

@@ -153,11 +153,13 @@ def diagnose(
     action_dependence: bool = False,
     reasoning: str = "closed",
     progress=None,
+    format_reasoning: str | None = None,
 ) -> dict[str, float | str]:
     """``run_diagnostics`` on saved episodes with a fresh state and a generator seeded with ``seed``.
 
     Returns the same catalogue keys as in training, plus ``time/scoring`` (wall seconds). ``progress(done,
-    total)`` is told the tokens scored (``run_diagnostics``).
+    total)`` is told the tokens scored (``run_diagnostics``). ``format_reasoning``: the format example's
+    reasoning, whose copies count towards ``no_reasoning`` as in training (``mirl diagnose`` passes mirl's).
     """
     config = DiagnosticsConfig(
         scopes=list(scopes), num_pairs=num_pairs, action_dependence=action_dependence, reasoning=reasoning
@@ -172,6 +174,7 @@ def diagnose(
         generator=generator,
         mode=mode,
         progress=progress,
+        format_reasoning=format_reasoning,
     )
     out["time/scoring"] = time.perf_counter() - start
     return out

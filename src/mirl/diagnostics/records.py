@@ -81,10 +81,17 @@ def load_records(path: str | os.PathLike) -> tuple[str, list[dict]]:
         fmt, check = "chat", check_chat_record
     elif "turns" in first:
         fmt, check = "mirl", check_episode_record
+    elif "iteration" in first and any(str(key).startswith(("rollout/", "diag/", "train/")) for key in first):
+        raise InputFileError(
+            f"{path} is a run's metrics file (one line per iteration), not rollouts; pass the run directory or a "
+            "file of its rollouts/ folder, e.g. runs/<name>/rollouts/iteration_000004.jsonl"
+        )
     else:
+        keys = sorted(map(str, first))
+        shown = ", ".join(keys[:8]) + (f", ... ({len(keys)} keys)" if len(keys) > 8 else "")
         raise InputFileError(
             f"{path}:{numbered[0][0]}: the first record has neither 'turns' (mirl episodes) nor 'messages' (chat "
-            f"format), got keys {sorted(first)}; see docs/diagnose.md"
+            f"format), got keys {shown}; see docs/diagnose.md"
         )
     for number, record in numbered:
         problem = check(record)

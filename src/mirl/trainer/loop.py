@@ -171,7 +171,7 @@ def run_iteration(
                 generator=torch.Generator().manual_seed(seed),
                 progress=progress,
                 sample_temperature=config.rollout.temperature,
-                format_reasoning=EXAMPLE_REASONING if config.rollout.format_example else None,
+                format_reasoning=EXAMPLE_REASONING,  # one no_reasoning rule wherever the diagnostics run
             )
     with timer("filter"):
         turn_scores, turn_metrics = credit.turn_signal(preset, turns, returns, config.filter.statistic)

@@ -179,8 +179,8 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("diag/{scope}/sample_temperature", "temperature the scored reasonings were sampled at", ""),
     Metric(
         "diag/{scope}/regime",
-        "regime name (a string): quadrant of H(Z|X) per token vs MI-Est / log N, or undetermined / no_reasoning "
-        "(docs/metrics.md)",
+        "regime name (a string): quadrant of H(Z|X) per token vs retrieval above chance, or undetermined / "
+        "no_reasoning (docs/metrics.md)",
     ),
     Metric("diag/{scope}/{family}/regime", "regime name for an action-dependence family (a string)"),
     Metric("diag/{scope}/regime_id", "index of diag/{scope}/regime in REGIMES, -1 undetermined (TRL logs numbers)"),

@@ -44,6 +44,7 @@ from mirl.integrations.verl.plugin import TRAINER_NAME
 from mirl.integrations.verl.sampler import mirl_record
 from mirl.integrations.verl.scoring import LogprobFn, RowScorer
 from mirl.integrations.verl.settings import read_settings
+from mirl.rollout.prompts import EXAMPLE_REASONING
 
 PARTITION = "mirl_diag"
 
@@ -155,7 +156,14 @@ class MirlTrainer(PPOTrainerSync):
         dp_size = max(self.actor_rollout_wg._query_dispatch_info("actor")) + 1
         scorer = RowScorer(self.tokenizer, actor_logprob_fn(self.actor_rollout_wg, dp_size))
         generator = torch.Generator().manual_seed(self.mirl.config.trainer.seed * 1_000_003 + step)
-        return run_diagnostics(scorer, selection.episodes, config, self.diagnostics_state, generator=generator)
+        return run_diagnostics(
+            scorer,
+            selection.episodes,
+            config,
+            self.diagnostics_state,
+            generator=generator,
+            format_reasoning=EXAMPLE_REASONING,
+        )
 
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
         super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
