@@ -8,7 +8,11 @@ and its last (when done reaches the total). Between updates (a turn of a rollout
 timer repeats the line of the newest task every ``interval_s`` seconds, so a log shows the work is alive::
 
     [12:03:10] rollout  12/32 turns  elapsed 0:40  eta 1:07
-    [12:04:31] train  1/4  elapsed 1:21  eta 4:03  success 0.25  return 0.25
+    [12:04:31] train  1/4 done, 2 under way  elapsed 1:21  eta 3:30  last: success 0.25  return 0.25
+
+A task counted in steps (no unit: iterations of ``train``, of a sweep) names the step under way, and its headline
+fields are the last finished step's (``last:``). The estimate is the mean time of the finished steps times the
+steps left, less the time the current one has already run, so a repeated line counts down instead of growing.
 
 :func:`make_progress` picks the bar or the lines from ``console.is_terminal``.
 """
@@ -43,6 +47,7 @@ class _Task:
     started: float = field(default_factory=time.monotonic)
     first: float = 0.0  # done at the first line, so the estimate counts only work done while timed
     printed: float | None = None  # when the last line was printed
+    advanced: float | None = None  # when ``completed`` last changed
     shown: tuple | None = None  # (done, total) of that line: a repeated final update prints nothing
 
 
@@ -74,6 +79,8 @@ class PlainProgress:
         if total is not None:
             task.total = total
         if completed is not None:
+            if completed != task.completed:
+                task.advanced = time.monotonic()
             task.completed = completed
         task.fields.update(fields)
         finished = task.total is not None and task.completed >= task.total
@@ -101,13 +108,21 @@ class PlainProgress:
     def line(task: _Task, now: float) -> str:
         elapsed = now - task.started
         unit = task.fields.get("unit") or ""
+        running = task.completed < task.total
         count = f"{task.completed:g}/{task.total:g}" + (f" {unit}" if unit else "")
+        if not unit and running:
+            count += f" done, {task.completed + 1:g} under way"
         parts = [f"[{time.strftime('%H:%M:%S')}] {task.description}", count, f"elapsed {clock(elapsed)}"]
         done = task.completed - task.first
-        if done > 0 and task.completed < task.total:
-            parts.append(f"eta {clock(elapsed / done * (task.total - task.completed))}")
+        if done > 0 and running:
+            last = task.advanced if task.advanced is not None and task.advanced >= task.started else now
+            left = (last - task.started) / done * (task.total - task.completed) - (now - last)
+            if left > 0:
+                parts.append(f"eta {clock(left)}")
         headline = task.fields.get("headline") or ""
-        return "  ".join([*parts, headline] if headline and headline != unit else parts)
+        if headline and headline != unit:
+            parts.append(f"last: {headline}" if not unit else headline)
+        return "  ".join(parts)
 
     def remove_task(self, task_id: int) -> None:
         self._tasks.pop(task_id, None)

@@ -54,3 +54,29 @@ def test_the_loop_prints_the_warning_and_keeps_it_in_summary_json(tmp_path, caps
     assert len(printed) == 1 and printed[0].startswith("warning: iteration 2 sampled 10 tokens/s, 4.0x below")
     reopened = RunSummary(tmp_path, name="r", model="m", device="cpu", iterations_done=3, iterations_planned=6)
     assert reopened.data["warnings"] == json.loads(summary.path.read_text())["warnings"]  # kept on resume
+
+
+def test_a_warning_said_before_a_resume_is_not_said_again(tmp_path):
+    """summary.json keeps which watch warned; the resumed process's fresh watch stays quiet."""
+    from mirl.trainer.loop import say_warnings
+
+    class Printed:
+        def __init__(self):
+            self.lines = []
+
+        def print(self, text):
+            self.lines.append(text)
+
+    class Summary:
+        def __init__(self, data):
+            self.data = data
+
+        def update(self, **fields):
+            self.data.update(fields)
+
+    summary, sinks = Summary({"warnings": []}), Printed()
+    say_warnings([PaceWatch(load=lambda: 6.0, cores=2)], 1, rate(14.0), sinks, summary)
+    assert len(sinks.lines) == 1 and summary.data["warned_by"] == ["PaceWatch"]
+    resumed = Printed()  # a new process: a new watch, the summary read back from the run directory
+    say_warnings([PaceWatch(load=lambda: 6.0, cores=2)], 7, rate(14.0), resumed, Summary(dict(summary.data)))
+    assert resumed.lines == []

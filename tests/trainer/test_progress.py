@@ -165,3 +165,24 @@ def test_a_timer_repeats_the_newest_line_between_updates():
     count = len(lines)
     time.sleep(0.2)
     assert len(console.file.getvalue().splitlines()) == count  # stopped with the block
+
+
+def test_a_repeated_train_line_names_the_iteration_under_way_and_counts_down():
+    """Between two iterations the timer repeats the train line: it must say which iteration runs and give a
+    shrinking estimate, not the finished iteration's count with an estimate that grows with the wait."""
+    from mirl.plain_progress import PlainProgress
+
+    console = Console(file=io.StringIO(), width=200)
+    progress = PlainProgress(console, interval_s=3600)
+    task_id = progress.add_task("train", total=4, completed=0, headline="")
+    task = progress.tasks[0]
+    task.started, task.first = 100.0, 0  # iteration 1 took 60 s
+    task.completed, task.advanced = 1, 160.0
+    task.fields["headline"] = "success 0.25"
+    # 30 s into iteration 2: 60 s a step x 3 steps left - 30 s = 150 s
+    line = PlainProgress.line(task, 190.0)
+    assert line.endswith("train  1/4 done, 2 under way  elapsed 1:30  eta 2:30  last: success 0.25")
+    # 60 s later: 90 s left, not more
+    assert "eta 1:30" in PlainProgress.line(task, 250.0)
+    assert "eta" not in PlainProgress.line(task, 400.0)  # overdue: no estimate rather than a wrong one
+    progress.remove_task(task_id)

@@ -244,13 +244,20 @@ def train_on(batch, kept, outcomes, learner, preset, config: Config, state, seed
 
 
 def say_warnings(watches, iteration: int, metrics: dict, sinks: Sinks, summary: RunSummary) -> None:
-    """Print each watch's warning once (a busy machine, :mod:`mirl.trainer.pace`; a filter keeping nearly every
-    group, :mod:`mirl.trainer.filter_watch`) and keep it in summary.json's warnings."""
+    """Print each watch's warning once per run, resumes included (a busy machine, :mod:`mirl.trainer.pace`; a
+    filter keeping nearly every group, :mod:`mirl.trainer.filter_watch`), and keep it in summary.json's warnings
+    with the watch's name in ``warned_by``."""
     for watch in watches:
+        name = type(watch).__name__
+        if name in summary.data.get("warned_by", []):
+            continue
         message = watch.check(iteration, metrics)
         if message:
             sinks.print(f"warning: {message}")
-            summary.update(warnings=[*summary.data.get("warnings", []), message])
+            summary.update(
+                warnings=[*summary.data.get("warnings", []), message],
+                warned_by=[*summary.data.get("warned_by", []), name],
+            )
 
 
 def _work(sinks: Sinks | None, label: str, unit: str):

@@ -168,6 +168,7 @@ class RunSummary:
             "mirl_version": mirl.__version__,
             "final": previous.get("final", {}),
             "warnings": previous.get("warnings", []),  # said once in the log (busy machine, ...), kept here
+            "warned_by": previous.get("warned_by", []),  # the watches that said them: not again after a resume
         }
         self._segment_start = time.time()
         self._wall_before = self.data["wall_time_s"]
