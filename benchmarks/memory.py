@@ -66,7 +66,7 @@ def child(overrides: list[str], out: str, sampled: bool) -> dict:
     """Train one quickstart iteration and measure its update (runs in the child process)."""
     import torch
 
-    from mirl.config import load_config
+    from mirl import load_config  # the public name, which the baseline revisions have too
     from mirl.trainer import loop, stages, train
 
     measured = {}

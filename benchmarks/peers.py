@@ -47,7 +47,7 @@ def _peak_gb() -> float:
 
 
 def _native_config(model: str, out: str, extra: list[str]):
-    from mirl.config import load_config
+    from mirl import load_config  # the public name, which the baseline revisions have too
 
     return load_config(str(ROOT / "configs" / "quickstart.yaml"), [
         f"model.name={model}", "trainer.iterations=1000000", "diagnostics.enabled=false", "validation.every=-1",

@@ -39,7 +39,7 @@ import time
 
 import torch
 
-from mirl.config import load_config
+from mirl import load_config  # the public name, which the baseline revisions have too
 from mirl.rollout import run_episodes
 from mirl.trainer.specs import train_specs
 from mirl.types import SamplingParams

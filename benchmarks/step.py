@@ -48,7 +48,7 @@ def worker(overrides: list[str], out: str) -> None:
     """Train one iteration per line read from stdin; answer each with the iteration's metrics as one JSON line."""
     import torch
 
-    from mirl.config import load_config
+    from mirl import load_config  # the public name, which the baseline revisions have too
     from mirl.diagnostics.run import DiagnosticsState
     from mirl.trainer.loop import run_iteration
     from mirl.trainer.run import TrainState, prepare

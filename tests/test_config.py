@@ -4,7 +4,8 @@ import glob
 
 import pytest
 
-from mirl.config import Config, ConfigError, load_config, save_resolved
+from mirl.config import Config, ConfigError, save_resolved
+from mirl.config_files import load_config
 
 
 def test_defaults_are_the_reference_values():

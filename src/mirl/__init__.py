@@ -6,13 +6,14 @@ pulls in transformers.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from mirl.version import __version__
+
 __all__ = ["__version__", "load_config", "train"]
 
 
 def __getattr__(name: str):
     if name == "load_config":
-        from mirl.config import load_config
+        from mirl.config_files import load_config
 
         return load_config
     if name == "train":

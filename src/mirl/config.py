@@ -13,9 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
 from mirl.errors import UserError
 
@@ -316,57 +314,6 @@ class Config:
 
 
 # ---------------------------------------------------------------- loading
-
-
-def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Defaults <- YAML file <- ``key.sub=value`` overrides, checked, as a plain :class:`Config`.
-
-    Resolver interpolations such as ``${oc.env:VAR}`` are refused (an environment variable, often a secret,
-    would otherwise be copied into the run name and every file of the run); ``${key.sub}`` references to other
-    keys are allowed and are written out resolved.
-    """
-    from mirl.config_files import apply_override, friendly_error, read_config_file, refuse_resolvers
-
-    merged = OmegaConf.structured(Config)
-    if path is not None:
-        source = read_config_file(Path(path))
-        refuse_resolvers(source, str(path))
-        try:
-            merged = OmegaConf.merge(merged, source)
-        except OmegaConfBaseException as err:
-            raise friendly_error(err, str(path)) from None
-    for item in overrides:  # applied in order, after the file; list items by index (envs.0.options.size=5)
-        if "=" not in item:
-            raise ConfigError(f"override {item!r} is not key=value; write e.g. rollout.group_size=8")
-        key, raw = item.split("=", 1)
-        name = f"override {item!r}"
-        try:
-            parsed = OmegaConf.from_dotlist([f"value={raw}"])  # the value read as YAML, as on the command line
-        except OmegaConfBaseException as err:
-            raise friendly_error(err, name) from None
-        except yaml.YAMLError as err:  # the value is read as YAML: a control character, an unclosed [ or {
-            reason = " ".join(str(err).split("\n")[0].split())
-            raise ConfigError(
-                f"override {item!r} has a value that is not valid YAML ({reason}); write it as YAML flow and put a "
-                "space after each colon, e.g. envs=[{name: frozenlake, options: {size: 4}}]; quote text with special "
-                "characters"
-            ) from None
-        refuse_resolvers(OmegaConf.from_dotlist([item]), name)  # names the key as written
-        if not key or any(not part for part in key.split(".")):
-            raise ConfigError(f"override {item!r} has an empty key part; write e.g. rollout.group_size=8")
-        try:
-            value = OmegaConf.to_container(parsed, resolve=False)["value"]  # ${key.sub} stays a reference
-            apply_override(merged, key.strip(), value, name)
-        except OmegaConfBaseException as err:
-            raise friendly_error(err, name) from None
-    try:
-        config = OmegaConf.to_object(merged)
-    except OmegaConfBaseException as err:
-        raise friendly_error(err, "the merged config") from None
-    from mirl.config_checks import validate  # the invariants live beside the tree; imported here to avoid a cycle
-
-    validate(config)
-    return config  # type: ignore[return-value]
 
 
 def to_yaml(config: Config) -> str:

@@ -1,4 +1,4 @@
-"""Invariants of the config that types cannot express (``mirl.config.load_config`` calls :func:`validate`).
+"""Invariants of the config that types cannot express (``mirl.config_files.load_config`` calls :func:`validate`).
 
 Every field has a check: a choice (:data:`CHOICES`), a numeric range (:data:`RANGES`, NaN and inf always
 refused) or one of the structural checks below (environments and their options, run name, device, scopes).

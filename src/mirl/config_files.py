@@ -1,12 +1,15 @@
 """Reading a config file: a bounded, alias-free YAML mapping with no resolver interpolations; and the one-line
 message for an OmegaConf error (unknown key with the nearest valid one, wrong type with the expected one).
 
-Used by :func:`mirl.config.load_config`; every refusal is a :class:`mirl.config.ConfigError` naming the file.
+:func:`load_config` lives here: defaults, then the file, then the overrides, then the checks of
+:mod:`mirl.config_checks`. The config tree (:mod:`mirl.config`) imports neither this module nor the checks, so the
+three form no cycle. Every refusal is a :class:`mirl.config.ConfigError` naming the file.
 """
 
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from dataclasses import fields, is_dataclass
 from pathlib import Path
@@ -17,6 +20,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from mirl.config import Config, ConfigError
+from mirl.config_checks import validate
 
 _MAX_CONFIG_BYTES = 1 << 20  # a config is a few KB; anything near a megabyte is not one
 
@@ -148,3 +152,50 @@ def apply_override(merged, key: str, value, source: str) -> None:
         else:
             break
     OmegaConf.update(merged, key, value, merge=True)
+
+
+def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Defaults <- YAML file <- ``key.sub=value`` overrides, checked, as a plain :class:`Config`.
+
+    Resolver interpolations such as ``${oc.env:VAR}`` are refused (an environment variable, often a secret,
+    would otherwise be copied into the run name and every file of the run); ``${key.sub}`` references to other
+    keys are allowed and are written out resolved.
+    """
+    merged = OmegaConf.structured(Config)
+    if path is not None:
+        source = read_config_file(Path(path))
+        refuse_resolvers(source, str(path))
+        try:
+            merged = OmegaConf.merge(merged, source)
+        except OmegaConfBaseException as err:
+            raise friendly_error(err, str(path)) from None
+    for item in overrides:  # applied in order, after the file; list items by index (envs.0.options.size=5)
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not key=value; write e.g. rollout.group_size=8")
+        key, raw = item.split("=", 1)
+        name = f"override {item!r}"
+        try:
+            parsed = OmegaConf.from_dotlist([f"value={raw}"])  # the value read as YAML, as on the command line
+        except OmegaConfBaseException as err:
+            raise friendly_error(err, name) from None
+        except yaml.YAMLError as err:  # the value is read as YAML: a control character, an unclosed [ or {
+            reason = " ".join(str(err).split("\n")[0].split())
+            raise ConfigError(
+                f"override {item!r} has a value that is not valid YAML ({reason}); write it as YAML flow and put a "
+                "space after each colon, e.g. envs=[{name: frozenlake, options: {size: 4}}]; quote text with special "
+                "characters"
+            ) from None
+        refuse_resolvers(OmegaConf.from_dotlist([item]), name)  # names the key as written
+        if not key or any(not part for part in key.split(".")):
+            raise ConfigError(f"override {item!r} has an empty key part; write e.g. rollout.group_size=8")
+        try:
+            value = OmegaConf.to_container(parsed, resolve=False)["value"]  # ${key.sub} stays a reference
+            apply_override(merged, key.strip(), value, name)
+        except OmegaConfBaseException as err:
+            raise friendly_error(err, name) from None
+    try:
+        config = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as err:
+        raise friendly_error(err, "the merged config") from None
+    validate(config)
+    return config  # type: ignore[return-value]

@@ -23,7 +23,7 @@ def test_the_pure_module_imports_math_only():
         "print(' '.join(sorted(m for m in sys.modules if m.startswith(('mirl.', 'transformers', 'omegaconf')))))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["mirl.diagnostics", "mirl.diagnostics.info", "mirl.diagnostics.regimes"]
+    assert out.split() == ["mirl.diagnostics", "mirl.diagnostics.info", "mirl.diagnostics.regimes", "mirl.version"]
 
 
 @pytest.mark.parametrize(

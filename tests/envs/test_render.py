@@ -174,7 +174,8 @@ def test_docs_list_every_tile():
     ],
 )
 def test_a_training_config_refuses_bad_render_options_before_any_model_loads(options, message):
-    from mirl.config import ConfigError, load_config
+    from mirl.config import ConfigError
+    from mirl.config_files import load_config
 
     with pytest.raises(ConfigError, match=message):
         load_config(None, [f"envs=[{{name: sokoban, options: {options}}}]"])

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mirl.config import load_config
+from mirl.config_files import load_config
 from mirl.experiments.spec import load_spec
 
 from .test_analyses import make_sweep

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from mirl.config import ConfigError, load_config
+from mirl.config import ConfigError
+from mirl.config_files import load_config
 from mirl.policy import vllm as vllm_backend
 from mirl.policy.hf import HFPolicy
 from mirl.policy.tiny import tiny_model, tiny_policy, tiny_tokenizer

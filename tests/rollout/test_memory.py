@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from mirl.config import RolloutConfig, load_config
+from mirl.config import RolloutConfig
+from mirl.config_files import load_config
 from mirl.envs.base import StepRecord
 from mirl.policy.scripted import ScriptedPolicy
 from mirl.policy.tiny import tiny_policy

@@ -4,7 +4,8 @@ import re
 
 import pytest
 
-from mirl.config import ConfigError, load_config
+from mirl.config import ConfigError
+from mirl.config_files import load_config
 from mirl.envs.lab.keysum import MOD, parse_observation, solution_reasoning
 from mirl.policy.scripted import ScriptedPolicy
 from mirl.rollout import run_episodes

@@ -13,7 +13,8 @@ import functools
 import pytest
 import torch
 
-from mirl.config import RolloutConfig, load_config
+from mirl.config import RolloutConfig
+from mirl.config_files import load_config
 from mirl.envs import TextEnv, register, registry
 from mirl.policy.scripted import ScriptedPolicy
 from mirl.policy.tiny import tiny_policy, tiny_tokenizer

@@ -195,7 +195,8 @@ def test_turn_signal_keeps_a_tied_group_whose_turns_differ():
 
 
 def test_credit_options_are_checked_like_every_field(pick_env):
-    from mirl.config import ConfigError, load_config
+    from mirl.config import ConfigError
+    from mirl.config_files import load_config
 
     base = ["envs=[{name: pick_word}]", "algorithm.preset=grpo"]
     config = load_config(None, [*base, "algorithm.credit=step_groups", "algorithm.step_weight=0.5"])

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from mirl.config import load_config
+from mirl.config_files import load_config
 from mirl.trainer import stages, train
 from mirl.trainer.specs import allocate, train_seed, train_specs, validation_seed
 

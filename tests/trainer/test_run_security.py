@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from mirl.cli import main
-from mirl.config import ConfigError, load_config, to_yaml
+from mirl.config import ConfigError, to_yaml
+from mirl.config_files import load_config
 from mirl.safeio import RunDirError
 from mirl.trainer.rundir import OUTPUT_DIRS, OUTPUTS
 

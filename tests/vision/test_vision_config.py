@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mirl.config import ConfigError, load_config
+from mirl.config import ConfigError
+from mirl.config_files import load_config
 from mirl.policy.sources import model_modality
 
 

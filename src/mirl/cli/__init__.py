@@ -15,7 +15,7 @@ import argparse
 import importlib
 import sys
 
-import mirl
+from mirl.version import __version__
 
 COMMAND_MODULES = ("envs", "train", "diagnose", "report", "sweep", "verl", "serve")
 USAGE_ERROR = 2
@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mirl",
         description="Multi-turn RL for LLM agents that measures and prevents template collapse.",
     )
-    parser.add_argument("--version", action="version", version=f"mirl {mirl.__version__}")
+    parser.add_argument("--version", action="version", version=f"mirl {__version__}")
     parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     for name in COMMAND_MODULES:

@@ -7,7 +7,7 @@ import ast
 import inspect
 from dataclasses import fields, is_dataclass
 
-from mirl import config as config_module
+import mirl.config as config_module
 
 
 def _comments(cls: type) -> dict[str, str]:
@@ -53,7 +53,7 @@ def key_range(key: str, default: str) -> str:
     >>> key_range("rollout.group_size", "16"), key_range("filter.mode", "'linear'"), key_range("x.flag", "True")
     ('>= 1', 'one of linear, softmax', 'true or false')
     """
-    from mirl import config_checks as checks
+    import mirl.config_checks as checks
 
     def shown(allowed) -> str:
         return "any finite number" if allowed.lo == -checks.INF and allowed.hi == checks.INF else str(allowed)

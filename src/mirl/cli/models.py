@@ -26,7 +26,7 @@ def load_named_policy(name: str, *, device: str = "auto", dtype: str = "auto", m
 
             policy_class = VisionPolicy
         return policy_class.load(name, device=device, dtype=dtype, max_batch_tokens=max_batch_tokens).eval()
-    from mirl.config import load_config
+    from mirl.config_files import load_config
 
     overrides = [f"model.device={device}", f"model.dtype={dtype}", f"diagnostics.max_batch_tokens={max_batch_tokens}"]
     config = load_config(found.run_dir / "config.yaml", overrides)

@@ -98,7 +98,7 @@ def _checked_config(args: argparse.Namespace):
         require_output_dir,
         require_resumable_overrides,
     )
-    from mirl.config import load_config
+    from mirl.config_files import load_config
     from mirl.errors import UserError
     from mirl.run_dirs import check_model_name
 
@@ -124,7 +124,7 @@ def _checked_config(args: argparse.Namespace):
 def run_eval(args: argparse.Namespace) -> int:
     """Check ``--out`` and the config with light imports only, then import torch, load the model and validate."""
     from mirl.cli.paths import check_output_file
-    from mirl.config import load_config
+    from mirl.config_files import load_config
     from mirl.run_dirs import check_model_name, find_run_weights
 
     check_output_file(args.out)

@@ -29,7 +29,8 @@ class SweepResult:
 
 def check_runs(spec: SweepSpec, planned: list[PlannedRun]) -> dict[str, int]:
     """Load every run's config (a bad key fails here, before any run starts); iterations planned per run."""
-    from mirl.config import ConfigError, load_config
+    from mirl.config import ConfigError
+    from mirl.config_files import load_config
 
     iterations = {}
     for plan in planned:

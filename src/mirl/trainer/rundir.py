@@ -14,7 +14,6 @@ import sys
 import time
 from pathlib import Path
 
-import mirl
 from mirl.safeio import (
     RunDirError,
     append_bytes,
@@ -25,6 +24,7 @@ from mirl.safeio import (
     read_json,
     remove_stale_tmp,
 )
+from mirl.version import __version__
 
 __all__ = ["RunSummary", "append_jsonl", "atomic_write_text", "check_outputs", "repair_jsonl", "repair_rollouts"]
 
@@ -165,7 +165,7 @@ class RunSummary:
             "model": model,
             "device": device,
             "hardware": hardware(),
-            "mirl_version": mirl.__version__,
+            "mirl_version": __version__,
             "final": previous.get("final", {}),
             "warnings": previous.get("warnings", []),  # said once in the log (busy machine, ...), kept here
             "warned_by": previous.get("warned_by", []),  # the watches that said them: not again after a resume

@@ -110,8 +110,8 @@ def _served_env_class():
             return State(step_count=self._steps)
 
         def get_metadata(self):
-            from mirl import __version__
             from mirl.envs import registry
+            from mirl.version import __version__
 
             description = registry[self._name].description or f"mirl env {self._name}"
             return EnvironmentMetadata(name=f"mirl/{self._name}", description=description, version=__version__)
