@@ -48,3 +48,13 @@ def test_the_served_env_passes_the_contract_checker():
         env = make("openenv", url=url)
         check_env(env)
         env.close()
+
+
+def test_play_against_a_dead_server_names_the_failure(capsys, monkeypatch):
+    """The real client against a port where nothing listens: one line naming remote_refused, exit 2, instead of
+    "episode over: success=False, return=0"."""
+    monkeypatch.setattr("sys.stdin", __import__("io").StringIO("Up\n"))
+    assert main(["play", "openenv", "url=http://127.0.0.1:9", "timeout_s=5"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mirl play: openenv: remote_refused (") and "nothing is listening" in err
+    assert err.count("\n") == 1

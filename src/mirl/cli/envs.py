@@ -223,6 +223,17 @@ def _image_files(args: argparse.Namespace, words: list[str], env_name: str, seed
     return ImageFiles(root / f"{env_name}-seed{seed}", default_root=root), rest
 
 
+def _refuse_failed(name: str, info: dict) -> None:
+    """An env whose infrastructure failed (a remote env's server unreachable, a timeout) is an error naming the
+    failure, not an episode that ends with return 0 (:mod:`mirl.rollout.failures`)."""
+    from mirl.rollout.failures import HINTS, InfrastructureError, is_infrastructure
+
+    reason = info.get("end_reason")
+    if is_infrastructure(reason):
+        detail = info.get("remote_error") or "no detail"
+        raise InfrastructureError(f"{name}: {reason} ({detail}); {HINTS.get(reason, 'see the env server log')}")
+
+
 def run_play(args: argparse.Namespace) -> int:
     from mirl.envs import make
 
@@ -233,6 +244,7 @@ def run_play(args: argparse.Namespace) -> int:
     files, words = _image_files(args, words, args.env, seed)
     env = make(args.env, **parse_options(words))
     observation, info = env.reset(seed=seed)
+    _refuse_failed(env.name, info)
     print(f"== {env.name} (seed {seed}) ==\n{_header(env)}\n\n{files.show(observation, info)}", flush=True)
     total, used, done = 0.0, 0, False
     while not done:
@@ -246,6 +258,7 @@ def run_play(args: argparse.Namespace) -> int:
             print(f"(not an action: a key other than an arrow; type an action such as {_example(env)})", flush=True)
         for action in actions or ():
             observation, reward, terminated, truncated, info = env.step(action)
+            _refuse_failed(env.name, info)
             total, used = total + reward, used + 1
             note = "" if info["action_valid"] else "  (invalid action: nothing happened)"
             print(f"\nreward: {reward:g}  return: {total:g}  actions: {used}/{env.default_action_budget}{note}")

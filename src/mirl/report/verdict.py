@@ -263,6 +263,22 @@ def update_warnings(metrics: Metrics) -> tuple[list[str], bool]:
     return ([f"{skipped} of {total} iterations did no update (the filter kept nothing)"] if skipped else []), False
 
 
+def infrastructure_warnings(metrics: Metrics) -> list[str]:
+    """Episodes that ended by an env infrastructure failure (``*/infra_failed_frac``, :mod:`mirl.rollout.failures`):
+    their return of 0 is the server's, not the model's."""
+    out = []
+    for key, what in (("rollout/infra_failed_frac", "training"), ("val/infra_failed_frac", "validation")):
+        series = metrics.get(key)
+        if series is not None and float(series.values.max()) > 0:
+            hit = int((series.values > 0).sum())
+            out.append(
+                f"{what} episodes ended by an env infrastructure failure in {hit} of {len(series.values)} iterations "
+                f"(up to {float(series.values.max()):.0%}; end_reason remote_* in the rollouts): their return is "
+                "not the model's"
+            )
+    return out
+
+
 def verdict(run: RunData) -> Verdict:
     """The verdict of one run (module docstring)."""
     metrics, summary = run.metrics, run.summary
@@ -294,6 +310,7 @@ def verdict(run: RunData) -> Verdict:
     else:
         warnings.append("no MI diagnostics logged: input dependence and regime unknown")
     facts += [f for f in (kept_fact(metrics, run.config_value("filter.strategy")),) if f]
+    warnings += infrastructure_warnings(metrics)
     warnings += [str(w) for w in summary.get("warnings", []) if isinstance(w, str)]
     if status in ("crashed", "stopped", "running"):
         warnings.insert(0, f"the run is {status}" + (f": {reason}" if reason else ""))

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from mirl.policy.base import replies_listened
 from mirl.rollout import run_episodes
+from mirl.rollout.failures import check_not_all_failed
 from mirl.types import Episode
 
 Progress = Callable[[int, int], None]
@@ -55,11 +56,15 @@ class EpisodeTurns:
             self.progress(done, self.total)
 
 
-def play_counted(policy, specs, group_size: int, rollout, sampling_seed: int, counter: EpisodeTurns) -> list[Episode]:
-    """``run_episodes`` with ``counter`` hearing every reply and turn, and finished at the end."""
+def play_counted(
+    policy, specs, group_size: int, rollout, sampling_seed: int, counter: EpisodeTurns, what: str = "a rollout"
+) -> list[Episode]:
+    """``run_episodes`` with ``counter`` hearing every reply and turn, and finished at the end; a batch whose every
+    episode ended by the same infrastructure failure is an error naming it (:mod:`mirl.rollout.failures`)."""
     with replies_listened(counter.replied):
         episodes = run_episodes(
             policy, specs, group_size, rollout, sampling_seed=sampling_seed, progress=counter.turned
         )
     counter.finish()
+    check_not_all_failed(episodes, what)
     return episodes

@@ -95,6 +95,11 @@ CATALOGUE: tuple[Metric, ...] = (
         "fraction",
     ),
     Metric("rollout/episodes", "P * K (after dynamic-sampling refills)", "episodes"),
+    Metric(
+        "rollout/infra_failed_frac",
+        "episodes ended by an env infrastructure failure (end_reason remote_*: refused, timeout, ...) / all",
+        "fraction",
+    ),
     Metric("rollout/refill_rounds", "dynamic-sampling rounds used this iteration", "rounds"),
     Metric(
         "rollout/wording_bonus_frac",
@@ -195,6 +200,7 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("val/return", "mean validation return"),
     Metric("val/pass@{k}", "instances with at least one success among k samples", "fraction"),
     Metric("val/action_valid_frac", "validation turns whose actions were all legal", "fraction"),
+    Metric("val/infra_failed_frac", "validation episodes ended by an env infrastructure failure / all", "fraction"),
     Metric("val/success/{env}", "validation success of one env", "fraction"),
     Metric("val/return/{env}", "validation return of one env"),
     Metric("val/pass@{k}/{env}", "pass@k of one env", "fraction"),

@@ -14,6 +14,7 @@ from mirl.config import Config, FilterConfig
 from mirl.filtering import Selection, select_groups, select_trajectories
 from mirl.filtering.metrics import selection_metrics
 from mirl.rollout import collate
+from mirl.rollout.failures import infrastructure_share
 from mirl.rollout.reasoning_measures import reasoning_metrics, wording_bonus_frac
 from mirl.trainer.episode_progress import EpisodeTurns, play_counted
 from mirl.trainer.specs import train_specs
@@ -45,7 +46,10 @@ def collect(
     """
     P, K, T = config.rollout.prompts_per_iteration, config.rollout.group_size, config.rollout.max_turns
     specs = train_specs(config, iteration)
-    episodes = play_counted(policy, specs, K, config.rollout, sampling_seed, EpisodeTurns(progress, P * K, T))
+    counter = EpisodeTurns(progress, P * K, T)
+    episodes = play_counted(
+        policy, specs, K, config.rollout, sampling_seed, counter, f"iteration {iteration}'s rollout"
+    )
     if not config.algorithm.dynamic_sampling:
         return episodes, 0
     groups = [[e for e in episodes if e.group == p] for p in range(P)]
@@ -217,6 +221,7 @@ def rollout_metrics(episodes: list[Episode], wording_regex: str = "") -> dict[st
         "rollout/truncated_frac": sum(t.finish_reason == "length" for t in turns) / n_turns,
         "rollout/context_capped_frac": sum(t.finish_reason == "context" for t in turns) / n_turns,
         "rollout/episodes": float(len(episodes)),
+        "rollout/infra_failed_frac": infrastructure_share(e.end_reason for e in episodes),
     }
     for env in sorted({e.spec.env for e in episodes}):
         mine = [e for e in episodes if e.spec.env == env]

@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Callable
 
 from mirl.config import Config
+from mirl.rollout.failures import infrastructure_share
 from mirl.trainer.episode_progress import EpisodeTurns, play_counted
 from mirl.trainer.specs import validation_specs
 from mirl.types import Episode
@@ -24,8 +25,10 @@ def validate(policy, config: Config, progress: Callable[[int, int], None] | None
     rollout = dataclasses.replace(config.rollout, temperature=config.validation.temperature, wording_bonus=0.0)
     specs = validation_specs(config)
     counter = EpisodeTurns(progress, len(specs) * K, rollout.max_turns)
-    episodes = play_counted(policy, specs, K, rollout, VALIDATION_SAMPLING_SEED, counter)
-    metrics = _summary(episodes, K, "")
+    episodes = play_counted(policy, specs, K, rollout, VALIDATION_SAMPLING_SEED, counter, "validation")
+    metrics = _summary(episodes, K, "") | {
+        "val/infra_failed_frac": infrastructure_share(e.end_reason for e in episodes)
+    }
     for env in sorted({spec.env for spec in specs}):
         metrics |= _summary([e for e in episodes if e.spec.env == env], K, f"/{env}")
     return metrics
