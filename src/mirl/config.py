@@ -31,6 +31,9 @@ class ModelConfig:
     dtype: str = "auto"
     # "auto" (cuda if available, else cpu), "cpu", "cuda", "cuda:1", ...
     device: str = "auto"
+    # dtype of the hf sampler's forward passes: "same" (model.dtype), "float32", "bfloat16", "float16"; another
+    # dtype samples on a copy of the weights, as a 16-bit inference engine does (docs/gpu.md, mismatch)
+    sampler_dtype: str = "same"
     # where converted GGUF weights are cached; None = $MIRL_CACHE or ~/.cache/mirl
     cache_dir: str | None = None
     # generation backend: "hf" (mirl's sampler over transformers) or "vllm" (optional extra `vllm`; CPU or GPU)
@@ -162,6 +165,14 @@ class AlgorithmConfig:
     dynamic_sampling_max_rounds: int = 3
     # recompute old log-probs with a forward pass instead of using the sampled ones
     recompute_old_logprobs: bool = False
+    # measure the sampler/trainer log-prob mismatch (rollout/logp_diff_*, ...) at iteration 1 and every n, with one
+    # forward pass over the kept batch; 0 = only when a rollout correction needs that pass anyway
+    mismatch_every: int = 1
+    # correction for that mismatch (docs/gpu.md): "auto" (token_tis when the sampler runs in 16 bits or on vLLM,
+    # else none), "none", "token_tis" (truncated token-level IS), "sequence_mask" (sequence IS, masked beyond C)
+    rollout_correction: str = "auto"
+    # C: token_tis truncates token weights at C; sequence_mask drops sequences whose ratio leaves [1/C, C]
+    rollout_correction_cap: float = 2.0
 
 
 @dataclass

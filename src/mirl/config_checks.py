@@ -31,6 +31,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "model.backend": ("hf", "vllm"),
     "model.modality": ("auto", "text", "vision"),
     "model.dtype": ("auto", "float32", "bfloat16", "float16"),
+    "model.sampler_dtype": ("same", "float32", "bfloat16", "float16"),
+    "algorithm.rollout_correction": ("auto", "none", "token_tis", "sequence_mask"),
     "diagnostics.gradient_buckets": ("quantile", "fixed"),
     "diagnostics.columns": ("sampled", "all"),
     "diagnostics.reasoning": ("closed", "open"),
@@ -116,6 +118,8 @@ RANGES: dict[str, Range] = {
     "algorithm.micro_batch_size": AT_LEAST_ONE,
     "algorithm.value_clip": POSITIVE,
     "algorithm.dynamic_sampling_max_rounds": NON_NEGATIVE,
+    "algorithm.mismatch_every": NON_NEGATIVE,
+    "algorithm.rollout_correction_cap": Range(1),
     "filter.eps": NON_NEGATIVE,
     "filter.band_lo": PROBABILITY,
     "filter.band_hi": PROBABILITY,
@@ -219,6 +223,11 @@ def _check_relations(config: Config) -> None:
         raise ConfigError(
             f"model.backend=vllm needs rollout.top_p=1 (vLLM reports log-probs after top-p truncation), got "
             f"{config.rollout.top_p}; set rollout.top_p=1 or model.backend=hf"
+        )
+    if config.model.sampler_dtype != "same" and config.model.backend != "hf":
+        raise ConfigError(
+            f"model.sampler_dtype applies to the hf sampler, got model.sampler_dtype={config.model.sampler_dtype} "
+            f"with model.backend={config.model.backend}; set model.sampler_dtype=same (vLLM samples in model.dtype)"
         )
     if config.model.modality == "vision" and config.model.backend != "hf":
         raise ConfigError(

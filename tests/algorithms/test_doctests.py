@@ -5,7 +5,17 @@ import importlib
 
 import pytest
 
-MODULES = ["_table", "masked", "advantages", "credit", "aggregation", "losses", "logits", "presets"]
+MODULES = [
+    "_table",
+    "masked",
+    "advantages",
+    "credit",
+    "aggregation",
+    "losses",
+    "logits",
+    "presets",
+    "rollout_correction",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)

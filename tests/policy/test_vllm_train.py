@@ -42,6 +42,7 @@ def test_mirl_train_with_the_vllm_backend(tmp_path, arch):
         "filter.strategy=none",  # every group is kept, so both iterations update
         "algorithm.mini_batch_size=32",  # one optimiser step per iteration
         "algorithm.actor_lr=1e-4",  # a step large enough that stale engine weights show in the ratio
+        "algorithm.rollout_correction=none",  # the ratio is then against the engine's log-probs, as the check needs
         "diagnostics.num_pairs=4",
         "validation.every=-1",
         "trainer.iterations=2",
@@ -59,3 +60,5 @@ def test_mirl_train_with_the_vllm_backend(tmp_path, arch):
         assert metrics["train/optimizer_steps"] == 1.0
         assert abs(metrics["train/ratio_max"] - 1.0) < 1e-3, metrics["train/ratio_max"]
         assert abs(metrics["train/approx_kl"]) < 1e-6, metrics["train/approx_kl"]
+        # the engine reports its mismatch to the trainer like the hf sampler does (float32 on both sides: small)
+        assert 0.0 <= metrics["rollout/logp_diff_mean"] < 1e-3, metrics["rollout/logp_diff_mean"]

@@ -91,6 +91,14 @@ def _metrics_line(iteration: int, total: int, envs, rng: np.random.Generator, om
         "rollout/action_invalid_frac": 0.08,
         "rollout/valid_thinking_frac": 0.97,
     }
+    if "mismatch" not in omit:
+        line |= {
+            "rollout/logp_diff_mean": 0.02 + 0.002 * rng.random(),
+            "rollout/logp_diff_max": 0.6,
+            "rollout/mismatch_kl": 0.05,
+            "rollout/ratio_outside_frac": 0.001,
+            "rollout/correction_frac": 0.002,
+        }
     if "filter" not in omit:
         kept = min(1.0, max(0.125, 0.75 - 0.4 * t + 0.05 * rng.normal()))
         line |= {

@@ -64,9 +64,9 @@ def test_full_report_renders_with_every_image_loaded(browser, full_report):
     result = full_report[1]
     page = open_page(browser, result.html_path)
     assert page["errors"] == []
-    assert len(page["images"]) == len(result.png_paths) == 8
+    assert len(page["images"]) == len(result.png_paths) == 9
     assert all(image["complete"] and image["width"] > 0 for image in page["images"])
-    assert len(page["sections"]) == 12 and page["missing"] == 0
+    assert len(page["sections"]) == 13 and page["missing"] == 0
 
 
 FIRST_SCREEN = (1280, 900)  # a laptop browser window

@@ -18,6 +18,7 @@ DETAILS = [
     "sec-rewards",
     "sec-gradients",
     "sec-reasoning",
+    "sec-mismatch",
     "sec-transcripts",
 ]
 SECTIONS = ["sec-verdict", "sec-key", *DETAILS, "sec-overview", "sec-metrics"]
@@ -57,6 +58,7 @@ def test_full_report_has_every_section_image_and_png(full_report):
             "reward_matrix.png",
             "gradients.png",
             "reasoning.png",
+            "mismatch.png",
         ]
     )
     assert all(p.parent == run / "report" and p.read_bytes().startswith(PNG_MAGIC) for p in result.png_paths)
@@ -74,7 +76,7 @@ def test_model_text_is_escaped(full_report):
 
 
 def test_run_with_missing_parts_leaves_empty_sections_out_and_says_why(make_run):
-    run = make_run(iterations=12, omit=("groups", "rollouts", "grad", "val", "summary", "filter"))
+    run = make_run(iterations=12, omit=("groups", "rollouts", "grad", "val", "summary", "filter", "mismatch"))
     result = build_report(run)
     page = result.html_path.read_text()
     shown = ["sec-training", "sec-diagnostics", "sec-regime", "sec-reasoning"]
@@ -84,6 +86,7 @@ def test_run_with_missing_parts_leaves_empty_sections_out_and_says_why(make_run)
     assert "Missing: Transcripts: no saved rollouts (rollouts/)" in not_shown
     assert "Missing: Gradient norms: no grad/&lt;bucket&gt;/&lt;component&gt;/norm metrics" in not_shown
     assert "Missing: Filter: no filter/... metrics logged" in not_shown
+    assert "Missing: Sampler/trainer mismatch: rollout/logp_diff_mean not logged" in not_shown
     assert "Missing: val/success not logged" in section_html(page, "sec-training")  # shown, with its gap
     assert "Missing: summary.json is missing" in section_html(page, "sec-overview")
     assert "summary.json is missing: status unknown" in page  # the banner

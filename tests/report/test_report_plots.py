@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from matplotlib.patches import Rectangle
 
-from mirl.report import plots, plots_batch
+from mirl.report import plots, plots_batch, plots_mismatch
 from mirl.report.rundir import Metrics, build_metrics, read_run
 
 
@@ -28,6 +28,7 @@ def test_smooth_is_a_trailing_mean():
         plots.reasoning_figure,
         plots_batch.regime_figure,
         plots_batch.gradient_figure,
+        plots_mismatch.mismatch_figure,
     ],
 )
 def test_every_figure_is_none_with_a_note_when_nothing_is_logged(make):
@@ -226,3 +227,16 @@ def test_the_mi_curve_carries_its_null_band_in_the_detail_and_key_figures():
     assert any(c.get_label() == "trajectory null 95 %" for c in detail.axes[0].collections)
     key, _ = key_figure(metrics, "trajectory", Criteria())
     assert any(c.get_label() == "trajectory null 95 %" for c in key.axes[1].collections)
+
+
+def test_mismatch_figure_draws_the_differences_on_a_log_axis_and_the_tails_beside(make_run):
+    run = read_run(make_run(iterations=6))
+    figure, notes = plots_mismatch.mismatch_figure(run.metrics)
+    diffs, tails = figure.axes[:2]
+    assert _line_labels(diffs) == ["mean |d|", "max |d|"] and diffs.get_yscale() == "log"
+    assert _line_labels(tails) == [
+        "KL(sampler || trainer) per sequence",
+        "tokens with ratio outside [0.5, 2]",
+        "tokens the correction's cap changed",
+    ]
+    assert notes == []

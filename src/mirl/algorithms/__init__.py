@@ -25,10 +25,12 @@ from mirl.algorithms.presets import (
     compute_advantages,
     get_preset,
 )
+from mirl.algorithms.rollout_correction import CORRECTIONS, correction_weights, mismatch_stats
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "AGGREGATIONS",
+    "CORRECTIONS",
     "CREDIT_ESTIMATOR",
     "KL_ESTIMATORS",
     "PRESETS",
@@ -38,6 +40,7 @@ __all__ = [
     "bilevel_gae",
     "discounted_returns",
     "compute_advantages",
+    "correction_weights",
     "entropy_from_logits",
     "gae_advantages",
     "get_preset",
@@ -48,6 +51,7 @@ __all__ = [
     "masked_mean",
     "masked_sum",
     "masked_var",
+    "mismatch_stats",
     "policy_loss",
     "returns_on_last_token",
     "step_group_advantages",

@@ -81,12 +81,14 @@ def policy_loss(
     dual_clip: float | None = 3.0,
     agg: str = "token-mean",
     normaliser: float | Tensor | None = None,
+    weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Clipped PPO surrogate with asymmetric clip range and dual clip, aggregated over counted tokens.
 
     rho = exp(clamp(logp - old_logp, -20, 20)); per token
     L = max(-A rho, -A clip(rho, 1 - eps_low, 1 + eps_high)), and for A < 0 also L = min(L, -A c) with
-    c = ``dual_clip`` (None disables it). The loss is ``aggregate(L, mask, agg, normaliser)``.
+    c = ``dual_clip`` (None disables it). The loss is ``aggregate(w L, mask, agg, normaliser)``, w the rollout
+    correction's per-token weight (:mod:`mirl.algorithms.rollout_correction`; 1 without ``weights``).
 
     Stats: ``clip_frac`` (share of tokens where the clipped branch is strictly larger, i.e. the gradient is
     cut), ``dual_clip_frac`` (share of tokens bounded by -A c), ``approx_kl`` (mean k3 estimate of
@@ -100,6 +102,7 @@ def policy_loss(
         eps_low, eps_high: clip range [1 - eps_low, 1 + eps_high] of the ratio.
         dual_clip: c > 1 for the dual clip of negative advantages, or None.
         agg, normaliser: see ``aggregate``.
+        weights: (B, T) detached per-token weights w (the rollout correction), or None.
 
     >>> logp = torch.log(torch.tensor([[1.5, 0.5]]))
     >>> old, adv = torch.zeros(1, 2), torch.tensor([[1.0, -1.0]])
@@ -122,6 +125,9 @@ def policy_loss(
         bound = -advantages * dual_clip
         dual_active = (advantages < 0) & (per_token > bound)
         per_token = torch.where(dual_active, bound, per_token)
+    if weights is not None:
+        check_mask(mask, weights=weights)
+        per_token = per_token * fill_masked(weights.detach(), mask)
     loss = aggregate(per_token, mask, agg, normaliser)
     with torch.no_grad():
         stats = {

@@ -29,14 +29,16 @@ def loss_terms(
     normaliser: float | Tensor | None = None,
     entropy: Tensor | None = None,
     ref_logp: Tensor | None = None,
+    rollout_weights: Tensor | None = None,
 ) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
     """Loss components (each coefficient applied) and detached statistics, all over the (B, T) ``mask``.
 
     The task term is the policy loss times ``preset.task_coef`` (1 by default; 0 is the limit of zero reward
     variance in every group, where only the regularisers move the policy). ``entropy`` (B, T) adds the entropy
     component when ``preset.entropy_coef > 0``; ``ref_logp`` (B, T) adds the KL component when
-    ``preset.kl_coef > 0``. Stats: those of :func:`policy_loss` plus ``entropy`` and ``kl`` (the masked means, when
-    computed). ``normaliser`` is the whole mini-batch's (see :func:`aggregate`).
+    ``preset.kl_coef > 0``. ``rollout_weights`` (B, T) weigh the task term's tokens (the rollout correction,
+    :mod:`mirl.algorithms.rollout_correction`). Stats: those of :func:`policy_loss` plus ``entropy`` and ``kl``
+    (the masked means, when computed). ``normaliser`` is the whole mini-batch's (see :func:`aggregate`).
 
     >>> import torch
     >>> from mirl.algorithms.presets import PRESETS
@@ -56,6 +58,7 @@ def loss_terms(
         dual_clip=preset.dual_clip,
         agg=preset.agg,
         normaliser=normaliser,
+        weights=rollout_weights,
     )
     terms = {"task": task if preset.task_coef == 1.0 else preset.task_coef * task}
     if entropy is not None and preset.entropy_coef > 0:

@@ -43,6 +43,7 @@ from mirl.policy.base import replies_finished
 from mirl.policy.hf_logprobs import token_logprobs
 from mirl.policy.hf_scoring import score_cells
 from mirl.policy.kv import PrefixStore, appendable, assemble, length_buckets, reusable, rows_kv
+from mirl.policy.sampler_copy import SamplerCopy
 from mirl.policy.sampling import check_sampling, end_of_turn_ids, ends_with_stop, sample_tokens, step_uniforms
 from mirl.policy.sources import load_model_and_tokenizer, resolve_device, resolve_dtype
 from mirl.types import Generation, SamplingParams
@@ -106,6 +107,8 @@ class HFPolicy:
         # prompt tokens given to generate and tokens actually encoded by its prefill (padding excluded)
         self.prefill_tokens = {"prompt": 0, "encoded": 0, "padded": 0}  # padded: positions the passes computed
         self._plain_cache: bool | None = None
+        # generate on a copy of the model in another dtype (mirl.policy.sampler_copy); None = on the model itself
+        self.sampler_copy: SamplerCopy | None = None
 
     # ------------------------------------------------------------------ construction and persistence
 
@@ -127,6 +130,24 @@ class HFPolicy:
         """Write the model (safetensors) and the tokenizer so :meth:`load` can read them back."""
         self.model.save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
+
+    def sample_in(self, dtype: str | torch.dtype) -> None:
+        """Sample in ``dtype`` (``"same"`` = the model's own dtype) while scoring and training stay in the model's.
+
+        >>> from mirl.policy.tiny import tiny_policy
+        >>> policy = tiny_policy()
+        >>> policy.sample_in("bfloat16"); policy.sampler_copy.dtype
+        torch.bfloat16
+        >>> policy.sample_in("same"); policy.sampler_copy is None
+        True
+        """
+        resolved = self.dtype if dtype == "same" else resolve_dtype(dtype, self.device)
+        self.sampler_copy = None if resolved == self.dtype else SamplerCopy(resolved)
+
+    @property
+    def sampler_dtype(self) -> torch.dtype:
+        """The dtype the sampler's forward passes run in."""
+        return self.dtype if self.sampler_copy is None else self.sampler_copy.dtype
 
     def eval(self) -> HFPolicy:
         self.model.eval()
@@ -223,9 +244,19 @@ class HFPolicy:
         finally:
             self._store = previous
 
-    @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[Generation]:
-        """Sample one continuation per prompt (see the module docstring for the exact semantics)."""
+        """Sample one continuation per prompt (see the module docstring for the exact semantics), on the sampler
+        copy when :meth:`sample_in` set another dtype."""
+        if self.sampler_copy is None:
+            return self._generate(prompts, sampling)
+        trained, self.model = self.model, self.sampler_copy.model_for(self.model)
+        try:
+            return self._generate(prompts, sampling)
+        finally:
+            self.model = trained
+
+    @torch.no_grad()
+    def _generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[Generation]:
         check_sampling(sampling)
         prompts = [[int(t) for t in p] for p in prompts]
         for i, prompt in enumerate(prompts):

@@ -5,8 +5,9 @@ iterations, success and validation trend, input dependence against chance with a
 evidence and a plain reading, the filter's kept share, warnings), then the key plots (success, MI vs entropy, the
 regime plane, kept share). Below come the detailed sections, one per question a reader asks of a run: did it
 learn, did its reasoning stay input-dependent while entropy looked fine, did the filter have signal, where the
-gradient came from, how the replies changed. A section with nothing to show is left out and named, with the
-reason, under "Not shown"; the run and config tables follow, and the raw metrics table comes last, collapsed.
+gradient came from, how the replies changed, how far the sampler's log-probs were from the trainer's. A section
+with nothing to show is left out and named, with the reason, under "Not shown"; the run and config tables follow,
+and the raw metrics table comes last, collapsed.
 The formulas the page cites are in docs/metrics.md. The subtitle names the run's modality: ``vision`` when the
 config's ``model.modality`` is vision or a saved turn lists images (then the transcripts show each turn's boards
 beside its text, read by :mod:`mirl.report.images`), else ``text``.
@@ -25,7 +26,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from mirl.diagnostics.regimes import READINGS
-from mirl.report import plots, plots_batch
+from mirl.report import plots, plots_batch, plots_mismatch
 from mirl.report.html import Image, Section, esc, render_page, table
 from mirl.report.images import RunImages, carries_images, modality
 from mirl.report.overview import banner, overview_section, raw_metrics_section
@@ -48,6 +49,10 @@ INTROS = {
     "rewards": "Episode returns per prompt group (rows) and sample (columns); kept groups outlined in red.",
     "gradients": "Gradient norm of each loss component per reward-spread bucket (docs/metrics.md).",
     "reasoning": "Reasoning length shrinks as collapse sets in; format validity tends to stay high regardless.",
+    "mismatch": (
+        "How far the trainer's log-probs of the trained tokens were from the sampler's before each update: near 1e-6 "
+        "when both run in float32, larger with a bfloat16 sampler or vLLM (docs/gpu.md, algorithm.rollout_correction)."
+    ),
     "transcripts": "Sampled saved episodes; model text is shown verbatim (escaped), rendered boards beside it.",
 }
 
@@ -190,6 +195,7 @@ def detail_sections(
         _rewards_section(run, iterations),
         _figure_section(run, "gradients", "Gradient norms", lambda: plots_batch.gradient_figure(metrics)),
         _figure_section(run, "reasoning", "Reasoning length and validity", lambda: plots.reasoning_figure(metrics)),
+        _figure_section(run, "mismatch", "Sampler/trainer mismatch", lambda: plots_mismatch.mismatch_figure(metrics)),
         _transcripts_section(run, iterations, episodes, images),
     ]
 

@@ -19,6 +19,7 @@ from mirl.rollout.prompts import EXAMPLE_REASONING
 from mirl.trainer import credit, stages
 from mirl.trainer.early_stop import after_selection, after_validation
 from mirl.trainer.filter_watch import SoftmaxKeepWatch
+from mirl.trainer.mismatch import behaviour_logprobs
 from mirl.trainer.pace import PaceWatch
 from mirl.trainer.run import (
     Timer,
@@ -206,17 +207,20 @@ def train_on(batch, kept, outcomes, learner, preset, config: Config, state, seed
     returns, turns = outcomes
     advantages, targets, old_values = credit.advantages(preset, batch, returns, kept, learner, turns)
     scale = stages.LOSS_SCALES[config.algorithm.loss_scaling](batch.num_rows / returns.numel())
+    old, weights, mismatch = behaviour_logprobs(learner, batch, config.algorithm, state.iteration)
     inputs = UpdateInputs(
         batch,
         advantages,
         targets,
         old_values,
-        stages.old_logprobs(learner, batch, config.algorithm.recompute_old_logprobs),
+        old,
         stages.reference_logprobs(learner, batch),
         loss_scale=scale,
+        rollout_weights=weights,
     )
     metrics = (
-        stages.advantage_metrics(advantages, batch)
+        mismatch
+        | stages.advantage_metrics(advantages, batch)
         | credit.credit_metrics(advantages, batch)
         | {
             "train/loss_scale": scale,

@@ -101,6 +101,22 @@ CATALOGUE: tuple[Metric, ...] = (
         "fraction",
     ),
     Metric("rollout/refill_rounds", "dynamic-sampling rounds used this iteration", "rounds"),
+    # sampler/trainer mismatch on the kept batch's trained tokens before the update (mirl.trainer.mismatch):
+    # d_t = log pi_old(y_t) - log mu(y_t), the trainer's minus the sampler's log-prob of the same token
+    Metric("rollout/logp_diff_mean", "mean_t |d_t| over trained tokens", "nats"),
+    Metric("rollout/logp_diff_max", "max_t |d_t| over trained tokens", "nats"),
+    Metric(
+        "rollout/mismatch_kl",
+        "mean over sequences of sum_t (exp(d_t) - 1 - d_t): k3 estimate of KL(sampler || trainer) per sequence",
+        "nats",
+    ),
+    Metric("rollout/ratio_outside_frac", "trained tokens whose ratio exp(d_t) leaves [0.5, 2]", "fraction"),
+    Metric("rollout/correction_weight_mean", "mean rollout-correction weight w_t over trained tokens", ""),
+    Metric(
+        "rollout/correction_frac",
+        "trained tokens whose weight the cap changed: truncated (token_tis) or zeroed (sequence_mask)",
+        "fraction",
+    ),
     Metric(
         "rollout/wording_bonus_frac",
         "turns whose reasoning Z matches rollout.wording_regex (re.search) / all turns; logged when that regex is set",

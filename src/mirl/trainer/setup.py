@@ -46,11 +46,30 @@ def load_policy(config: Config):
         cache_dir=config.model.cache_dir,
         max_batch_tokens=config.diagnostics.max_batch_tokens,
     )
+    if config.model.sampler_dtype != "same":
+        if policy_class is not HFPolicy:
+            raise ConfigError(
+                f"model.sampler_dtype={config.model.sampler_dtype} samples text models only, and {config.model.name} "
+                "is a vision-language model; set model.sampler_dtype=same"
+            )
+        policy.sample_in(config.model.sampler_dtype)
     if config.model.backend == "vllm":
         from mirl.policy.vllm import VLLMPolicy
 
         return VLLMPolicy.from_config(policy, config)
     return policy
+
+
+def resolve_rollout_correction(config: Config, policy) -> str:
+    """``algorithm.rollout_correction`` with "auto" resolved: token_tis when the sampler's log-probs come from
+    another engine (vLLM) or a 16-bit forward pass, none when they come from the trainer's own float32 numerics
+    (measured mismatch there: docs/gpu.md)."""
+    chosen = config.algorithm.rollout_correction
+    if chosen != "auto":
+        return chosen
+    sampler_dtype = getattr(policy, "sampler_dtype", getattr(policy, "dtype", torch.float32))
+    sixteen_bits = sampler_dtype in (torch.bfloat16, torch.float16)
+    return "token_tis" if config.model.backend == "vllm" or sixteen_bits else "none"
 
 
 # a vision-language model's adapters go on its language tower's linear layers only; the vision tower stays frozen
@@ -122,7 +141,15 @@ def build_learner(policy, config: Config, preset: AlgorithmPreset) -> Learner:
         )
     temperature = config.rollout.temperature
     reference = _Reference(policy, config.model.lora_rank > 0, temperature) if preset.kl_coef > 0 else None
-    return Learner(policy, optimizer, critic, critic_optimizer, reference, temperature=temperature)
+    return Learner(
+        policy,
+        optimizer,
+        critic,
+        critic_optimizer,
+        reference,
+        temperature=temperature,
+        rollout_correction=resolve_rollout_correction(config, policy),
+    )
 
 
 def adamw(params: list, **kwargs) -> torch.optim.AdamW:

@@ -39,6 +39,8 @@ class Learner:
     # the rollout's sampling temperature: every training, old, reference and entropy log-prob uses
     # softmax(logits / temperature), the distribution that sampled the tokens
     temperature: float = 1.0
+    # algorithm.rollout_correction with "auto" resolved (mirl.trainer.setup.resolve_rollout_correction)
+    rollout_correction: str = "none"
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class UpdateInputs:
     old_logprobs: torch.Tensor  # (B, T)
     ref_logprobs: torch.Tensor | None  # (B, T)
     loss_scale: float = 1.0
+    rollout_weights: torch.Tensor | None = None  # (B, T) the rollout correction's token weights, None = all 1
 
 
 def mini_batches(num_rows: int, config: AlgorithmConfig, generator: torch.Generator) -> list[torch.Tensor]:
@@ -88,6 +91,7 @@ def _policy_terms(learner, inputs: UpdateInputs, rows, preset: AlgorithmPreset, 
     )
     cut = lambda x: x[rows][:, :length].to(device)  # noqa: E731
     ref = cut(inputs.ref_logprobs) if inputs.ref_logprobs is not None else None
+    weights = cut(inputs.rollout_weights) if inputs.rollout_weights is not None else None
     terms, stats = loss_terms(
         preset,
         logp,
@@ -97,6 +101,7 @@ def _policy_terms(learner, inputs: UpdateInputs, rows, preset: AlgorithmPreset, 
         normaliser=normaliser,
         entropy=entropy,
         ref_logp=ref,
+        rollout_weights=weights,
     )
     total = sum(terms.values())
     stats = {name: float(value) for name, value in stats.items()} | {"policy_loss": float(terms["task"].detach())}

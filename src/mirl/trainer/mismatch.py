@@ -1,0 +1,42 @@
+"""The old log-probs the update takes, the sampler/trainer mismatch behind them, and its correction.
+
+The sampler's log-probs mu (``batch.old_logprobs``) are the behaviour policy's. When scheduled
+(``algorithm.mismatch_every``), when a rollout correction is on, or with ``recompute_old_logprobs``, one no-grad
+forward pass gives the trainer's own log-probs pi_old of the same tokens at the sampling temperature; the gap is
+logged as ``rollout/logp_diff_mean``, ``rollout/logp_diff_max``, ``rollout/mismatch_kl`` and
+``rollout/ratio_outside_frac`` (:func:`mirl.algorithms.rollout_correction.mismatch_stats`, over the kept batch's
+trained tokens, before any optimiser step). What the update then uses:
+
+    correction none:   old = mu (or pi_old with recompute_old_logprobs), no weights
+    token_tis, ...:    old = pi_old, token weights w from (pi_old, mu)   (decoupled PPO; formulas in the core)
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mirl.algorithms.rollout_correction import correction_weights, mismatch_stats
+from mirl.config import AlgorithmConfig
+from mirl.diagnostics.run import is_scheduled
+from mirl.trainer import stages
+from mirl.types import RolloutBatch
+
+
+def behaviour_logprobs(
+    learner, batch: RolloutBatch, config: AlgorithmConfig, iteration: int
+) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, float]]:
+    """(old log-probs (B, T) for the ratio, rollout weights (B, T) or None, ``rollout/*`` metrics)."""
+    correction = learner.rollout_correction
+    measure = config.mismatch_every > 0 and is_scheduled(iteration, config.mismatch_every)
+    if not (measure or correction != "none" or config.recompute_old_logprobs):
+        return batch.old_logprobs, None, {}
+    sampler = batch.old_logprobs
+    trainer = stages.old_logprobs(learner, batch, recompute=True)  # (B, T), 0 off the response tokens
+    mask = batch.response_mask
+    metrics = {f"rollout/{name}": float(value) for name, value in mismatch_stats(trainer, sampler, mask).items()}
+    if correction == "none":
+        return (trainer if config.recompute_old_logprobs else sampler), None, metrics
+    weights, stats = correction_weights(trainer, sampler, mask, mode=correction, cap=config.rollout_correction_cap)
+    metrics["rollout/correction_weight_mean"] = float(stats["weight_mean"])
+    metrics["rollout/correction_frac"] = float(stats["corrected_frac"])
+    return trainer, weights, metrics

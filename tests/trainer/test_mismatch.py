@@ -1,0 +1,123 @@
+"""The sampler/trainer mismatch on the CPU: sampling in bfloat16 and training in float32 makes a real one.
+
+Float32 sampling on the trainer's own weights agrees with the trainer's forward pass to float precision (the KV-cache
+decode and the full forward add in other orders); a bfloat16 sampler copy rounds every weight and activation, so
+the same tokens get log-probs that differ by a measurable amount. The trainer measures it and, with a correction,
+trains against its own log-probs with importance weights.
+"""
+
+import json
+
+import pytest
+import torch
+
+from mirl.algorithms import get_preset
+from mirl.config import AlgorithmConfig, Config, RolloutConfig
+from mirl.config_files import load_config
+from mirl.policy.tiny import tiny_policy
+from mirl.rollout import collate, run_episodes
+from mirl.trainer import train
+from mirl.trainer.metrics import unknown_keys
+from mirl.trainer.mismatch import behaviour_logprobs
+from mirl.trainer.setup import build_learner, resolve_rollout_correction
+from mirl.types import EnvSpec
+
+ROLLOUT = RolloutConfig(max_turns=2, max_new_tokens=16, temperature=1.0)
+
+
+def _batch(sampler_dtype: str):
+    policy = tiny_policy(seed=3)
+    policy.sample_in(sampler_dtype)
+    episodes = run_episodes(policy, [EnvSpec("frozenlake", 0), EnvSpec("frozenlake", 1)], 3, ROLLOUT, sampling_seed=5)
+    return policy, collate(episodes, pad_id=policy.pad_token_id)
+
+
+def _measure(sampler_dtype: str, correction: str = "none", cap: float = 2.0):
+    policy, batch = _batch(sampler_dtype)
+    config = Config(rollout=ROLLOUT, algorithm=AlgorithmConfig(rollout_correction=correction))
+    learner = build_learner(policy, config, get_preset("grpo"))
+    algo = AlgorithmConfig(rollout_correction=correction, rollout_correction_cap=cap)
+    return batch, behaviour_logprobs(learner, batch, algo, iteration=1)
+
+
+def test_float32_sampling_matches_the_trainer_to_float_precision():
+    batch, (old, weights, metrics) = _measure("same")
+    assert old is batch.old_logprobs and weights is None  # no correction: the sampled log-probs are the old ones
+    assert metrics["rollout/logp_diff_max"] < 5e-5
+    assert metrics["rollout/ratio_outside_frac"] == 0.0
+    assert 0.0 <= metrics["rollout/mismatch_kl"] < 1e-6
+
+
+def test_bfloat16_sampling_gives_a_real_mismatch_and_the_correction_reweights_it():
+    batch, (old, weights, metrics) = _measure("bfloat16", "token_tis", cap=1.02)
+    mask = batch.response_mask
+    # bfloat16 keeps 8 mantissa bits: log-probs move by about 1e-2, far above float32's 1e-5
+    assert metrics["rollout/logp_diff_mean"] > 1e-3 and metrics["rollout/logp_diff_max"] > 1e-2
+    assert metrics["rollout/mismatch_kl"] > 1e-5
+    # the ratio is taken against the trainer's own log-probs, and the weights are pi_old / mu truncated at 1.02
+    assert not torch.equal(old[mask], batch.old_logprobs[mask])
+    expected = (old - batch.old_logprobs).exp().clamp(max=1.02)
+    torch.testing.assert_close(weights[mask], expected[mask], rtol=1e-6, atol=0)
+    assert 0.0 < metrics["rollout/correction_frac"] < 1.0  # some tokens' ratios exceed 1.02, not all
+
+
+def test_auto_correction_follows_the_sampler():
+    policy = tiny_policy()
+    config = load_config(None, [])
+    assert resolve_rollout_correction(config, policy) == "none"  # float32 sampler: measured mismatch ~1e-6
+    policy.sample_in("bfloat16")
+    assert resolve_rollout_correction(config, policy) == "token_tis"
+    assert resolve_rollout_correction(load_config(None, ["algorithm.rollout_correction=none"]), policy) == "none"
+
+
+def test_mismatch_is_measured_only_when_scheduled():
+    policy, batch = _batch("same")
+    learner = build_learner(policy, Config(rollout=ROLLOUT), get_preset("grpo"))
+    off = AlgorithmConfig(mismatch_every=0, rollout_correction="none")
+    assert behaviour_logprobs(learner, batch, off, iteration=1) == (batch.old_logprobs, None, {})
+    every_two = AlgorithmConfig(mismatch_every=2)
+    assert behaviour_logprobs(learner, batch, every_two, iteration=3)[2] == {}
+    assert "rollout/mismatch_kl" in behaviour_logprobs(learner, batch, every_two, iteration=4)[2]
+
+
+def test_a_bfloat16_sampling_run_logs_the_mismatch_and_the_correction(tmp_path, pick_env, run_config):
+    config = run_config(
+        "bf16",
+        "model.sampler_dtype=bfloat16",
+        "trainer.iterations=2",
+        "diagnostics.enabled=false",
+        "filter.strategy=none",
+    )
+    policy = tiny_policy(seed=2)
+    policy.sample_in(config.model.sampler_dtype)
+    train(config, policy=policy)
+    lines = [json.loads(line) for line in (tmp_path / "bf16" / "metrics.jsonl").read_text().splitlines()]
+    assert unknown_keys({k for line in lines for k in line}) == []
+    for line in lines:
+        assert line["rollout/logp_diff_mean"] > 1e-3 and "rollout/correction_frac" in line  # auto: token_tis
+    yaml = (tmp_path / "bf16" / "config.yaml").read_text()
+    assert "sampler_dtype: bfloat16" in yaml and "rollout_correction: auto" in yaml
+
+
+def test_sampler_dtype_is_checked():
+    with pytest.raises(ValueError, match="model.sampler_dtype"):
+        load_config(None, ["model.sampler_dtype=int8"])
+    with pytest.raises(ValueError, match="set model.sampler_dtype=same"):
+        load_config(None, ["model.sampler_dtype=bfloat16", "model.backend=vllm"])
+    with pytest.raises(ValueError, match="algorithm.rollout_correction_cap"):
+        load_config(None, ["algorithm.rollout_correction_cap=0.5"])
+
+
+def test_the_sampler_copy_follows_the_trained_weights():
+    policy = tiny_policy(seed=1)
+    policy.sample_in("bfloat16")
+    copy = policy.sampler_copy.model_for(policy.model)
+    assert next(copy.parameters()).dtype == torch.bfloat16
+    assert next(policy.model.parameters()).dtype == torch.float32  # training weights stay float32
+    with torch.no_grad():
+        policy.model.model.embed_tokens.weight.add_(1.0)  # an in-place change, as an optimiser step makes
+    again = policy.sampler_copy.model_for(policy.model)
+    assert again is copy
+    torch.testing.assert_close(
+        again.model.embed_tokens.weight.float(), policy.model.model.embed_tokens.weight, rtol=1e-2, atol=1e-2
+    )
