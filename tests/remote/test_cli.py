@@ -58,3 +58,31 @@ def test_play_against_a_dead_server_names_the_failure(capsys, monkeypatch):
     err = capsys.readouterr().err
     assert err.startswith("mirl play: openenv: remote_refused (") and "nothing is listening" in err
     assert err.count("\n") == 1
+
+
+def test_the_readme_serve_command_serves():
+    """README's `mirl serve-env frozenlake --port 8000` (on a free port here): it says where it serves, then
+    serves until stopped (tests/trainer/test_readme_commands.py runs the README's other commands)."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mirl.cli", "serve-env", "frozenlake", "--port", str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        lines = [server.stdout.readline() for _ in range(1)]
+        while "serving" not in lines[-1] and lines[-1] and len(lines) < 50:  # a library may warn first
+            lines.append(server.stdout.readline())
+        assert f"serving frozenlake on http://127.0.0.1:{port}" in lines[-1], lines
+        env = make("openenv", url=f"http://127.0.0.1:{port}")
+        observation, info = env.reset(seed=0)
+        assert observation and "end_reason" not in info
+        env.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
