@@ -70,3 +70,14 @@ def test_the_version_module_matches_pyproject():
 
     pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8"))
     assert __version__ == pyproject["project"]["version"]
+
+
+def test_the_metric_catalogue_sits_below_everything_that_reads_it():
+    """The catalogue (every logged key) is read by the trainer, the diagnostics, the report and the integrations:
+    it imports nothing of mirl's, and none of those layers reaches it through another layer's module."""
+    files = _package_files()
+    assert not {m for m in _imports(files["mirl.catalogue"]) if m.startswith("mirl")}
+    readers = {name: _imports(path) for name, path in files.items() if "mirl.catalogue" in _imports(path)}
+    layers = {name.split(".")[1] for name in readers}
+    assert {"trainer", "report", "integrations"} <= layers  # diagnostics names its keys in docs only
+    assert not [name for name, path in files.items() if "mirl.trainer.metrics" in _imports(path)]

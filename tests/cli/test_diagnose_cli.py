@@ -6,11 +6,11 @@ import re
 
 import pytest
 
+from mirl.catalogue import unknown_keys
 from mirl.cli import diagnose as diagnose_cli
 from mirl.cli import main
 from mirl.policy.tiny import tiny_policy
 from mirl.rollout import write_episodes
-from mirl.trainer.metrics import unknown_keys
 
 from ..diagnostics.helpers import grid_episodes
 

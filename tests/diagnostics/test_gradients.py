@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from mirl.algorithms import get_preset, policy_loss
+from mirl.catalogue import unknown_keys
 from mirl.diagnostics import gradients
 from mirl.diagnostics.gradients import gradient_decomposition, spread_buckets
 from mirl.policy.tiny import tiny_policy
 from mirl.rollout import collate
-from mirl.trainer.metrics import unknown_keys
 
 from .helpers import TOK, make_episode, make_turn
 

@@ -5,9 +5,9 @@ import doctest
 import pytest
 import torch
 
+from mirl.catalogue import unknown_keys
 from mirl.diagnostics import groups
 from mirl.diagnostics.groups import LABELS, label_counts, label_groups
-from mirl.trainer.metrics import unknown_keys
 
 from .helpers import make_episode, make_turn
 

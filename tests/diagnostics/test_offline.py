@@ -6,12 +6,12 @@ import math
 
 import pytest
 
+from mirl.catalogue import unknown_keys
 from mirl.diagnostics.offline import diagnose, read_rollouts, summary_rows
 from mirl.diagnostics.records import load_records
 from mirl.errors import InputFileError
 from mirl.policy.tiny import tiny_policy
 from mirl.rollout import write_episodes
-from mirl.trainer.metrics import unknown_keys
 
 from .helpers import TOK, grid_episodes
 

@@ -6,13 +6,13 @@ import math
 import pytest
 import torch
 
+from mirl.catalogue import unknown_keys
 from mirl.config import DiagnosticsConfig
 from mirl.diagnostics import REGIMES, mi_proxies, run
 from mirl.diagnostics.run import DiagnosticsState, is_scheduled, run_diagnostics
 from mirl.diagnostics.sampling import answer_span, first_turn_pairs, trajectory_pairs
 from mirl.diagnostics.scoring import score_matrix
 from mirl.policy.tiny import tiny_policy
-from mirl.trainer.metrics import unknown_keys
 
 from .helpers import TOK, grid_episodes, make_episode, make_turn
 

@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from mirl.algorithms import get_preset
+from mirl.catalogue import unknown_keys
 from mirl.cli import main
 from mirl.policy.scripted import ScriptedPolicy
 from mirl.policy.tiny import tiny_tokenizer
 from mirl.rollout import collate, run_episodes
 from mirl.trainer import credit, stages
-from mirl.trainer.metrics import unknown_keys
 from mirl.trainer.setup import build_learner, resolve_preset
 from mirl.types import EnvSpec, Episode, Turn
 

@@ -5,9 +5,9 @@ import json
 import pytest
 import torch
 
+from mirl.catalogue import unknown_keys
 from mirl.trainer import train
 from mirl.trainer.checkpoint import latest_checkpoint, list_checkpoints, save_checkpoint
-from mirl.trainer.metrics import unknown_keys
 
 VOLATILE = ("time", "time/", "perf/")  # wall-clock keys differ between any two runs
 

@@ -12,12 +12,12 @@ import pytest
 import torch
 
 from mirl.algorithms import get_preset
+from mirl.catalogue import unknown_keys
 from mirl.config import AlgorithmConfig, Config, RolloutConfig
 from mirl.config_files import load_config
 from mirl.policy.tiny import tiny_policy
 from mirl.rollout import collate, run_episodes
 from mirl.trainer import train
-from mirl.trainer.metrics import unknown_keys
 from mirl.trainer.mismatch import behaviour_logprobs
 from mirl.trainer.setup import build_learner, resolve_rollout_correction
 from mirl.types import EnvSpec

@@ -1,7 +1,7 @@
 """The in-training entry point of the MI diagnostics: sample pairs, cross-score, compute the proxies.
 
 The trainer calls :func:`is_scheduled` and, when it says so, :func:`run_diagnostics` on the batch *before*
-filtering (REFERENCE.md section 3), and logs the returned dict (every key is in ``mirl.trainer.metrics``).
+filtering (REFERENCE.md section 3), and logs the returned dict (every key is in ``mirl.catalogue``).
 
 Per scope s (``first_turn``, ``trajectory``, and ``turn1``, ``turn2``, ... for ``turn_position``):
 

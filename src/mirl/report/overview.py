@@ -125,7 +125,7 @@ def _config_rows(run: RunData) -> list[tuple[str, str]]:
 def _metric_rows(run: RunData) -> list[tuple[str, str, str, str, str]]:
     """(key, last value, its iteration, unit, formula) of every logged key, sorted; summary.json's final values
     when no metrics line could be read."""
-    from mirl.trainer.metrics import describe
+    from mirl.catalogue import describe
 
     latest: dict[str, tuple[str, str]] = {}
     for key, series in run.metrics.numeric.items():

@@ -3,7 +3,7 @@ rich progress bar with ETA and the headline metrics on the console (plain period
 terminal: :mod:`mirl.plain_progress`). Long steps inside an iteration (rollout, scoring
 for the diagnostics, validation) get a second bar under it for as long as they run (:meth:`Sinks.work`).
 
-Every key handed to :meth:`Sinks.log` must be in the catalogue (:mod:`mirl.trainer.metrics`); an unknown key is a
+Every key handed to :meth:`Sinks.log` must be in the catalogue (:mod:`mirl.catalogue`); an unknown key is a
 programming error and raises, so the catalogue can never fall behind the code.
 """
 
@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from mirl.catalogue import unknown_keys
 from mirl.config import LoggingConfig
-from mirl.trainer.metrics import unknown_keys
 from mirl.trainer.rundir import append_jsonl, read_records
 
 HEADLINE = (
@@ -78,7 +78,7 @@ class Sinks:
     def log(self, iteration: int, metrics: dict) -> None:
         unknown = unknown_keys(metrics)
         if unknown:
-            raise KeyError(f"metrics not in the catalogue (mirl.trainer.metrics): {unknown}")
+            raise KeyError(f"metrics not in the catalogue (mirl.catalogue): {unknown}")
         record = {"iteration": iteration, "time": round(time.time(), 3)}
         record.update({k: (float(v) if _finite_number(v) else v) for k, v in sorted(metrics.items())})
         append_jsonl(self.metrics_path, json.loads(json.dumps(record, default=float)))

@@ -202,7 +202,7 @@ def _forward_logprobs(fn, batch: RolloutBatch) -> torch.Tensor:
 
 
 def rollout_metrics(episodes: list[Episode], wording_regex: str = "") -> dict[str, float]:
-    """The ``rollout/*`` and ``reasoning/*`` keys of a batch (trainer/metrics.py); ``rollout/wording_bonus_frac``
+    """The ``rollout/*`` and ``reasoning/*`` keys of a batch (mirl/catalogue.py); ``rollout/wording_bonus_frac``
     only with a ``wording_regex`` (the run's ``rollout.wording_regex``)."""
     turns = [turn for episode in episodes for turn in episode.turns]
     returns = torch.tensor([e.total_reward for e in episodes], dtype=torch.float64)

@@ -11,6 +11,7 @@ trl = pytest.importorskip("trl", reason="TRL tests run in .venv-trl: bash script
 
 import torch  # noqa: E402
 
+from mirl.catalogue import unknown_keys  # noqa: E402
 from mirl.integrations.trl import (  # noqa: E402
     CollapseDiagnosticsCallback,
     MirlRollout,
@@ -23,7 +24,6 @@ from mirl.integrations.trl.diagnostics import batch_episodes  # noqa: E402
 from mirl.integrations.trl.envs import first_observation, instance_spec  # noqa: E402
 from mirl.policy.scripted import ScriptedPolicy  # noqa: E402
 from mirl.policy.tiny import tiny_model, tiny_tokenizer  # noqa: E402
-from mirl.trainer.metrics import unknown_keys  # noqa: E402
 
 MOVES = ("Down", "Jump", "Right", "Left", "Up", "Down || Down", "Right || Down")  # "Jump": format penalty
 ROLLOUT = {"max_turns": 3}

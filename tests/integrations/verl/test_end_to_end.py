@@ -35,11 +35,11 @@ from verl.utils.config import omega_conf_to_dataclass  # noqa: E402
 from verl.workers.rollout.llm_server import LLMServerClient  # noqa: E402
 from verl.workers.rollout.router import get_router_handle  # noqa: E402
 
+from mirl.catalogue import unknown_keys  # noqa: E402
 from mirl.integrations.verl.data import write_dataset  # noqa: E402
 from mirl.integrations.verl.launch import check, compose  # noqa: E402
 from mirl.integrations.verl.local_server import LocalServer  # noqa: E402
 from mirl.policy.tiny import tiny_policy  # noqa: E402
-from mirl.trainer.metrics import unknown_keys  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 SETTING = ROOT / "configs" / "verl" / "sokoban-grpo-topp09-0.5b-1gpu.yaml"

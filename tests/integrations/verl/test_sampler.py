@@ -26,10 +26,10 @@ from verl.trainer.ppo.v1 import AgentLoopWorkerTQ, PPOTrainer  # noqa: E402
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer  # noqa: E402
 from verl.utils import tensordict_utils as tu  # noqa: E402
 
+from mirl.catalogue import unknown_keys  # noqa: E402
 from mirl.filtering import select_groups  # noqa: E402
 from mirl.integrations.verl.launch import compose  # noqa: E402
 from mirl.integrations.verl.sampler import SNRFilterSampler  # noqa: E402
-from mirl.trainer.metrics import unknown_keys  # noqa: E402
 
 PARTITION, SAMPLES = "train", 4
 SETTING = Path(__file__).resolve().parents[3] / "configs/verl/sokoban-grpo-topp09-0.5b-1gpu.yaml"

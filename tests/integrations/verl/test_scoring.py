@@ -12,13 +12,13 @@ import math
 import pytest
 import torch
 
+from mirl.catalogue import is_known, unknown_keys
 from mirl.config import DiagnosticsConfig
 from mirl.diagnostics.run import DiagnosticsState, run_diagnostics
 from mirl.integrations.verl.metrics_file import MetricsFile, mirl_record
 from mirl.integrations.verl.scoring import RowScorer, policy_logprob_fn
 from mirl.policy.tiny import tiny_policy
 from mirl.report.rundir import read_run
-from mirl.trainer.metrics import is_known, unknown_keys
 
 
 @pytest.fixture(scope="module")

@@ -53,7 +53,7 @@ class MetricsFile:
     """Appends mirl-format lines to ``<run_dir>/metrics.jsonl``."""
 
     def __init__(self, run_dir: str | Path) -> None:
-        from mirl.trainer.metrics import is_known  # the catalogue of every key mirl logs
+        from mirl.catalogue import is_known  # the catalogue of every key mirl logs
 
         self.path = Path(run_dir) / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)

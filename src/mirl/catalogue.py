@@ -4,6 +4,9 @@ A key is ``area/name``; parts in braces are placeholders (``{env}`` an env name,
 ``{family}`` a score family, ``{k}`` a retrieval cut-off, ``{bucket}`` a reward-spread bucket, ``{component}`` a
 loss component). :func:`unknown_keys` is what the trainer's tests use to prove nothing is logged outside the
 catalogue. ``iteration`` and ``time`` are bookkeeping fields present on every line of ``metrics.jsonl``.
+
+It sits below the trainer, the diagnostics, the report and the integrations, which all read it (tests/test_purity.py
+checks that it imports nothing of mirl's).
 """
 
 from __future__ import annotations
