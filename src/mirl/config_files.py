@@ -103,6 +103,20 @@ REPLACED = {
 }
 
 
+def drop_replaced(source) -> None:
+    """Remove the :data:`REPLACED` keys from a config read from a file (in place).
+
+    >>> tree = OmegaConf.create({"diagnostics": {"regime_mi_fraction": 0.1, "every": 5}})
+    >>> drop_replaced(tree); OmegaConf.to_container(tree)
+    {'diagnostics': {'every': 5}}
+    """
+    for dotted in REPLACED:
+        parent, _, leaf = dotted.rpartition(".")
+        node = OmegaConf.select(source, parent) if parent else source
+        if OmegaConf.is_dict(node) and leaf in node:
+            node.pop(leaf)
+
+
 def _suggest(key: str) -> str:
     if key in REPLACED:
         return f"; it was replaced by {REPLACED[key]}"
@@ -154,16 +168,22 @@ def apply_override(merged, key: str, value, source: str) -> None:
     OmegaConf.update(merged, key, value, merge=True)
 
 
-def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+def load_config(
+    path: str | os.PathLike | None = None, overrides: list[str] | tuple[str, ...] = (), *, saved: bool = False
+) -> Config:
     """Defaults <- YAML file <- ``key.sub=value`` overrides, checked, as a plain :class:`Config`.
 
     Resolver interpolations such as ``${oc.env:VAR}`` are refused (an environment variable, often a secret,
     would otherwise be copied into the run name and every file of the run); ``${key.sub}`` references to other
-    keys are allowed and are written out resolved.
+    keys are allowed and are written out resolved. ``saved``: the file is a run's own ``config.yaml``, written by an
+    earlier version, so keys that were replaced since (:data:`REPLACED`) are dropped (their successors take their
+    defaults) instead of refused: a run made before a rename can still be resumed, evaluated and scored.
     """
     merged = OmegaConf.structured(Config)
     if path is not None:
         source = read_config_file(Path(path))
+        if saved:
+            drop_replaced(source)
         refuse_resolvers(source, str(path))
         try:
             merged = OmegaConf.merge(merged, source)

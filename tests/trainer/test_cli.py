@@ -174,3 +174,23 @@ def test_ctrl_c_says_how_to_resume(tmp_path, model_dir, pick_env, capsys, train_
     assert main(["train", *args]) == 130
     err = capsys.readouterr().err.strip()
     assert err.splitlines()[-1] == f"mirl train: interrupted; continue it with: mirl train --resume {out / 'cut'}"
+
+
+def test_a_run_saved_before_a_key_was_replaced_still_resumes(tmp_path, model_dir, pick_env, capsys, train_args):
+    """A run's config.yaml written before diagnostics.regime_mi_fraction was replaced: resume and eval drop the old
+    key (its successor takes its default); the same key in a config the user writes is still refused, naming the
+    successor."""
+    out = tmp_path / "runs"
+    assert main(["train", *train_args(model_dir, out, "trainer.iterations=1"), "--no-report"]) == 0
+    run = out / "cli"
+    saved = run / "config.yaml"
+    saved.write_text(saved.read_text().replace("diagnostics:\n", "diagnostics:\n  regime_mi_fraction: 0.1\n", 1))
+    assert "regime_mi_fraction" in saved.read_text()
+    assert main(["train", "--resume", str(run), "trainer.iterations=2", "--no-report"]) == 0
+    assert "regime_mi_fraction" not in saved.read_text()  # rewritten by the resume, with the successor
+    assert main(["eval", str(run), "validation.num_instances=2"]) == 0
+    written = tmp_path / "mine.yaml"
+    written.write_text("diagnostics:\n  regime_mi_fraction: 0.1\n")
+    capsys.readouterr()
+    assert main(["train", str(written)]) == 2
+    assert "it was replaced by diagnostics.regime_retrieval_threshold" in capsys.readouterr().err

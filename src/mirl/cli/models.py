@@ -29,7 +29,7 @@ def load_named_policy(name: str, *, device: str = "auto", dtype: str = "auto", m
     from mirl.config_files import load_config
 
     overrides = [f"model.device={device}", f"model.dtype={dtype}", f"diagnostics.max_batch_tokens={max_batch_tokens}"]
-    config = load_config(found.run_dir / "config.yaml", overrides)
+    config = load_config(found.run_dir / "config.yaml", overrides, saved=True)
     return load_run_policy(found.run_dir, found.checkpoint, config)
 
 

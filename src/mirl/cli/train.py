@@ -111,7 +111,7 @@ def _checked_config(args: argparse.Namespace):
         path = check_run_directory(args.resume) / "config.yaml"
         if has_checkpoint(Path(args.resume)) or not args.restart:  # a start from iteration 0 may change anything
             require_resumable_overrides(list(overrides), Path(args.resume))
-    config = load_config(path, overrides)
+    config = load_config(path, overrides, saved=bool(args.resume))
     require_config(path, args.defaults, args.resume)
     if args.resume:
         require_checkpoint(Path(args.resume), args.restart)
@@ -131,7 +131,7 @@ def run_eval(args: argparse.Namespace) -> int:
     found = find_run_weights(args.target)
     config_path = args.config or (found.run_dir / "config.yaml" if found else None)
     overrides = list(args.overrides) if found else [f"model.name={args.target}", *args.overrides]
-    config = load_config(config_path, overrides)
+    config = load_config(config_path, overrides, saved=found is not None and args.config is None)
     if not found:
         check_model_name(config.model.name, probe_hub=False)  # a missing path fails before torch is imported
     import torch
