@@ -31,7 +31,8 @@ from vllm import LLM, SamplingParams
 from vllm.platforms import current_platform
 import mirl
 from mirl.cli import main
-from mirl.config import ConfigError, load_config
+from mirl.config import ConfigError
+from mirl.config_files import load_config
 from mirl.policy import vllm as backend
 from mirl.policy.hf import HFPolicy
 from mirl.policy.tiny import tiny_model, tiny_policy, tiny_tokenizer
