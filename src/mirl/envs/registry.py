@@ -7,11 +7,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import inspect
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -38,6 +39,28 @@ def register(name: str) -> Callable[[type], type]:
         return cls
 
     return decorate
+
+
+@contextlib.contextmanager
+def registered(name: str, cls: type[TextEnv]) -> Iterator[str]:
+    """Register ``cls`` under ``name`` for the ``with`` block only (a :class:`~mirl.envs.task.Task`'s env while it
+    trains or is served); yields ``name``. A class already registered under that name stays registered after.
+
+    >>> class Echo(TextEnv):
+    ...     description = "repeats the action"
+    >>> with registered("echo", Echo):
+    ...     "echo" in registry
+    True
+    >>> "echo" in registry
+    False
+    """
+    added = _REGISTRY.get(name) is not cls
+    register(name)(cls)
+    try:
+        yield name
+    finally:
+        if added and _REGISTRY.get(name) is cls:
+            del _REGISTRY[name]
 
 
 def _nearest(word: str, choices: list[str]) -> str:
