@@ -1,14 +1,14 @@
 """mirl: multi-turn RL for LLM agents that measures and prevents template collapse.
 
-``load_config`` and ``train`` are imported on first use so that ``import mirl`` (and the pure numeric core) never
-pulls in transformers.
+``load_config``, ``train`` and ``Task`` are imported on first use so that ``import mirl`` (and the pure numeric
+core) never pulls in transformers.
 """
 
 from __future__ import annotations
 
 from mirl.version import __version__
 
-__all__ = ["__version__", "load_config", "train"]
+__all__ = ["Task", "__version__", "load_config", "train"]
 
 
 def __getattr__(name: str):
@@ -16,8 +16,12 @@ def __getattr__(name: str):
         from mirl.config_files import load_config
 
         return load_config
-    if name == "train":
-        from mirl.trainer import train
+    if name == "train":  # a Config, or your own Tasks (docs/your-task.md)
+        from mirl.trainer.tasks import train
 
         return train
+    if name == "Task":
+        from mirl.envs.task import Task
+
+        return Task
     raise AttributeError(f"module 'mirl' has no attribute {name!r}")
