@@ -1,5 +1,8 @@
 """``mirl serve-env NAME [key=value ...]``: serve a registered env over OpenEnv (:mod:`mirl.envs.remote.server`).
 
+``NAME`` may also be ``module:attribute`` or ``path/to/file.py:attribute`` naming a :class:`mirl.envs.task.Task`
+(docs/your-task.md); its env is served under the task's name, with ``split=train`` unless an option says otherwise.
+
 It binds ``127.0.0.1`` unless ``--host`` says otherwise, and its first line says where it listens and whether
 other machines can reach it. A bearer token, when wanted, comes from the environment variable
 ``MIRL_SERVE_TOKEN`` or from ``--token-file`` (never from a command-line value, which any local user could read
@@ -9,7 +12,6 @@ in the process list). Stop it with Ctrl-C.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 
 TOKEN_VARIABLE = "MIRL_SERVE_TOKEN"
@@ -21,7 +23,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     defaults = ServeSettings()
     serve = subparsers.add_parser("serve-env", help="serve an environment over OpenEnv (HTTP + WebSocket)")
-    serve.add_argument("env", metavar="ENV", help="a registered environment name (see `mirl envs`)")
+    serve.add_argument(
+        "env", metavar="ENV", help="a registered environment name (see `mirl envs`), or MODULE:NAME of a mirl Task"
+    )
     serve.add_argument("options", nargs="*", metavar="KEY=VALUE", help="environment options, e.g. size=6")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     serve.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0 picks a free one)")
@@ -63,23 +67,9 @@ def read_token(path: str | None) -> str | None:
     return token
 
 
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is reachable only from this machine.
-
-    >>> is_loopback("127.0.0.1"), is_loopback("localhost"), is_loopback("0.0.0.0")
-    (True, True, False)
-    """
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def run_serve(args: argparse.Namespace) -> int:
     from mirl.cli.envs import parse_options
-    from mirl.envs.remote.server import ServeSettings, bind, build_app, uvicorn_server
+    from mirl.envs.remote.server import ServeSettings, serve_forever
 
     settings = ServeSettings(
         max_sessions=args.max_sessions,
@@ -91,19 +81,51 @@ def run_serve(args: argparse.Namespace) -> int:
     )
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be in 0..65535, got {args.port}")
-    app = build_app(args.env, parse_options(args.options), settings)
-    sock = bind(args.host, args.port)
-    host, port = sock.getsockname()[:2]
-    reach = (
-        "loopback only: other machines cannot connect"
-        if is_loopback(args.host)
-        else "reachable from other machines" + ("" if settings.token else "; WARNING: no token, anyone can connect")
-    )
-    auth = "bearer token required" if settings.token else "no token"
-    print(
-        f"mirl serve-env: serving {args.env} on http://{host}:{port} (WebSocket /ws; {reach}; {auth}; "
-        f"at most {settings.max_sessions} sessions)",
-        flush=True,
-    )
-    uvicorn_server(app, sock, settings).run(sockets=[sock])
+    options = parse_options(args.options)
+    if ":" not in args.env:
+        serve_forever(args.env, options, settings, host=args.host, port=args.port)
+        return 0
+    task = load_task(args.env)
+    with task.registered():
+        serve_forever(task.name, options, settings, host=args.host, port=args.port)
     return 0
+
+
+def load_task(reference: str):
+    """The :class:`~mirl.envs.task.Task` that ``module:attribute`` or ``path/to/file.py:attribute`` names; the
+    module is imported from the current directory (as ``python -m`` would), a ``.py`` path from that file."""
+    import importlib
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    from mirl.envs.task import Task
+    from mirl.errors import UserError
+
+    module_name, _, attribute = reference.rpartition(":")
+    if not module_name or not attribute.isidentifier():
+        raise UserError(f"{reference!r} is not MODULE:NAME; e.g. mirl serve-env my_tasks:task (or file.py:task)")
+    if module_name.endswith(".py"):
+        path = Path(module_name)
+        if not path.is_file():
+            raise UserError(f"{module_name} is not a file; give the path of the Python file that defines {attribute}")
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    else:
+        sys.path.insert(0, os.getcwd())
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as error:
+            raise UserError(
+                f"cannot import {module_name!r} ({error}); run from the directory that holds it, or give the "
+                f"file: mirl serve-env path/to/{module_name.replace('.', '/')}.py:{attribute}"
+            ) from None
+    task = getattr(module, attribute, None)
+    if not isinstance(task, Task):
+        found = [name for name, value in vars(module).items() if isinstance(value, Task)]
+        raise UserError(
+            f"{reference} is {'missing' if task is None else 'a ' + type(task).__name__}, not a mirl Task; "
+            f"Tasks in {module_name}: {', '.join(found) or 'none'}"
+        )
+    return task

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import ipaddress
 import socket
 import threading
 from collections.abc import Iterator, Mapping
@@ -223,6 +224,44 @@ def uvicorn_server(app, sock: socket.socket, settings: ServeSettings):
         lifespan="on",
     )
     return uvicorn.Server(config)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is reachable only from this machine.
+
+    >>> is_loopback("127.0.0.1"), is_loopback("localhost"), is_loopback("0.0.0.0")
+    (True, True, False)
+    """
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def serve_forever(
+    name: str, options: Mapping[str, Any], settings: ServeSettings, *, host: str = "127.0.0.1", port: int = 8000
+) -> None:
+    """Serve env ``name`` on ``host:port`` until interrupted; first prints one line saying where it listens,
+    whether other machines can reach it and whether it wants a token (``mirl serve-env`` and ``Task.serve``)."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ValueError(f"port must be in 0..65535 (0 picks a free one), got {port!r}")
+    app = build_app(name, options, settings)
+    sock = bind(host, port)
+    bound_host, bound_port = sock.getsockname()[:2]
+    reach = (
+        "loopback only: other machines cannot connect"
+        if is_loopback(host)
+        else "reachable from other machines" + ("" if settings.token else "; WARNING: no token, anyone can connect")
+    )
+    auth = "bearer token required" if settings.token else "no token"
+    print(
+        f"mirl serve-env: serving {name} on http://{bound_host}:{bound_port} (WebSocket /ws; {reach}; {auth}; "
+        f"at most {settings.max_sessions} sessions)",
+        flush=True,
+    )
+    uvicorn_server(app, sock, settings).run(sockets=[sock])
 
 
 def bind(host: str, port: int) -> socket.socket:
