@@ -24,6 +24,7 @@ from mirl.algorithms import get_preset  # noqa: E402
 from mirl.config import AlgorithmConfig, Config, RolloutConfig  # noqa: E402
 from mirl.rollout import collate, run_episodes  # noqa: E402
 from mirl.trainer.mismatch import behaviour_logprobs  # noqa: E402
+from mirl.trainer.mismatch import measure as measure_mismatch  # noqa: E402
 from mirl.trainer.setup import build_learner  # noqa: E402
 from mirl.trainer.update import UpdateInputs, accumulate_gradients  # noqa: E402
 from mirl.types import EnvSpec  # noqa: E402
@@ -55,6 +56,9 @@ def measure(args, sampler_dtype: str) -> None:
         algo = AlgorithmConfig(rollout_correction=mode, rollout_correction_cap=args.cap)
         old, weights, metrics = behaviour_logprobs(learner, batch, algo, iteration=1)
         if mode == "none":
+            metrics = measure_mismatch(learner, batch)[
+                1
+            ]  # without a correction the update measures it; here on its own
             print("  " + ", ".join(f"{k} {v:.3g}" for k, v in metrics.items()))
         advantages = torch.where(batch.response_mask, 1.0, 0.0)  # (B, T)
         inputs = UpdateInputs(batch, advantages, None, None, old, None, rollout_weights=weights)

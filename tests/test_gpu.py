@@ -15,7 +15,7 @@ from mirl.config import AlgorithmConfig, Config, RolloutConfig
 from mirl.policy import HFPolicy
 from mirl.policy.tiny import tiny_qwen2_model, tiny_tokenizer
 from mirl.rollout import collate, run_episodes
-from mirl.trainer.mismatch import behaviour_logprobs
+from mirl.trainer.mismatch import behaviour_logprobs, measure
 from mirl.trainer.setup import build_learner
 from mirl.trainer.update import UpdateInputs, accumulate_gradients
 from mirl.types import EnvSpec
@@ -84,6 +84,7 @@ def _first_update(policy: HFPolicy, batch, correction: str) -> dict:
     preset = get_preset("grpo")
     learner = build_learner(policy, config, preset)
     old, weights, mismatch = behaviour_logprobs(learner, batch, config.algorithm, iteration=1)
+    mismatch = mismatch or measure(learner, batch)[1]  # no correction: measured by a pass of its own here
     advantages = torch.where(batch.response_mask, 1.0, 0.0)  # (B, T)
     inputs = UpdateInputs(batch, advantages, None, None, old, None, rollout_weights=weights)
     metrics = accumulate_gradients(learner, inputs, torch.arange(batch.num_rows), preset, 4).metrics()

@@ -165,8 +165,8 @@ class AlgorithmConfig:
     dynamic_sampling_max_rounds: int = 3
     # recompute old log-probs with a forward pass instead of using the sampled ones
     recompute_old_logprobs: bool = False
-    # measure the sampler/trainer log-prob mismatch (rollout/logp_diff_*, ...) at iteration 1 and every n, with one
-    # forward pass over the kept batch; 0 = only when a rollout correction needs that pass anyway
+    # measure the sampler/trainer log-prob mismatch (rollout/logp_diff_*, ...) at iteration 1 and every n, from the
+    # update's first step (no pass of its own); 0 = only when a rollout correction's pass measures it anyway
     mismatch_every: int = 1
     # correction for that mismatch (docs/gpu.md): "auto" (token_tis when the sampler runs in 16 bits or on vLLM,
     # else none), "none", "token_tis" (truncated token-level IS), "sequence_mask" (sequence IS, masked beyond C)

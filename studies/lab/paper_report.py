@@ -118,4 +118,3 @@ def figure(runs: dict, result: dict, path: Path) -> None:
 def write_report(results: Path, runs: dict, result: dict) -> None:
     (results / "paper-results.md").write_text(markdown(result), encoding="utf-8")
     figure(runs, result, results / "paper.png")
-

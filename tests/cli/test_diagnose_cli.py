@@ -143,3 +143,23 @@ def test_a_metrics_file_is_named_as_such_in_one_short_line(tmp_path, tiny_scorer
     err = capsys.readouterr().err.strip()
     assert "is a run's metrics file (one line per iteration), not rollouts" in err and len(err) < 300
     assert tiny_scorer == []  # refused before any model is loaded
+
+
+def test_a_run_is_diagnosed_with_its_own_pairs_scopes_and_reasoning_rule(tmp_path, tiny_scorer, capsys):
+    run = tmp_path / "run"
+    (run / "rollouts").mkdir(parents=True)
+    write_episodes(run / "rollouts" / "iteration_000001.jsonl", grid_episodes(num_groups=3, samples=2, num_turns=2))
+    lines = ["diagnostics:", "  num_pairs: 5", "  scopes: [trajectory]", "  reasoning: open"]
+    (run / "config.yaml").write_text("\n".join(lines) + "\n")
+    out_file = tmp_path / "diag.json"
+    assert main(["diagnose", str(run), "--model", "tiny-test", "--out", str(out_file)]) == 0
+    report = json.loads(out_file.read_text())
+    assert report["pairs"] == 5 and report["scopes"] == ["trajectory"]
+    assert "5 pairs, scopes trajectory, reasoning open from" in capsys.readouterr().err
+    # what the user sets wins; a file outside a run takes the defaults
+    assert main(["diagnose", str(run), "--model", "tiny-test", "--pairs", "3", "--out", str(out_file)]) == 0
+    assert json.loads(out_file.read_text())["pairs"] == 3
+    loose = write_episodes(tmp_path / "loose.jsonl", grid_episodes(num_groups=3, samples=2))
+    assert main(["diagnose", str(loose), "--model", "tiny-test", "--out", str(out_file)]) == 0
+    report = json.loads(out_file.read_text())
+    assert report["pairs"] == 64 and report["scopes"] == ["first_turn", "trajectory"]

@@ -12,14 +12,16 @@ import pytest
 import torch
 
 from mirl.algorithms import get_preset
+from mirl.algorithms.rollout_correction import mismatch_stats
 from mirl.catalogue import unknown_keys
 from mirl.config import AlgorithmConfig, Config, RolloutConfig
 from mirl.config_files import load_config
 from mirl.policy.tiny import tiny_policy
 from mirl.rollout import collate, run_episodes
-from mirl.trainer import train
-from mirl.trainer.mismatch import behaviour_logprobs
+from mirl.trainer import stages, train
+from mirl.trainer.mismatch import behaviour_logprobs, measured_in_update
 from mirl.trainer.setup import build_learner, resolve_rollout_correction
+from mirl.trainer.update import UpdateInputs, update
 from mirl.types import EnvSpec
 
 ROLLOUT = RolloutConfig(max_turns=2, max_new_tokens=16, temperature=1.0)
@@ -40,12 +42,44 @@ def _measure(sampler_dtype: str, correction: str = "none", cap: float = 2.0):
     return batch, behaviour_logprobs(learner, batch, algo, iteration=1)
 
 
+def _update_measuring(sampler_dtype: str, mini_batch_size: int = 64):
+    """The update's own mismatch metrics (no correction) and how many forward passes it ran."""
+    policy, batch = _batch(sampler_dtype)
+    algo = AlgorithmConfig(rollout_correction="none", mini_batch_size=mini_batch_size, micro_batch_size=2)
+    preset = get_preset("grpo")
+    learner = build_learner(policy, Config(rollout=ROLLOUT, algorithm=algo), preset)
+    explicit = stages.old_logprobs(learner, batch, recompute=True)  # the pass the update no longer needs
+    passes = []
+    forward = policy.token_logprobs
+    policy.token_logprobs = lambda *a, **k: passes.append(1) or forward(*a, **k)
+    advantages = torch.randn(batch.input_ids.shape, generator=torch.Generator().manual_seed(0))
+    inputs = UpdateInputs(batch, advantages, None, None, batch.old_logprobs, None, measure_mismatch=True)
+    metrics = update(learner, inputs, preset, algo, torch.Generator().manual_seed(0))
+    return batch, explicit, metrics, len(passes)
+
+
 def test_float32_sampling_matches_the_trainer_to_float_precision():
-    batch, (old, weights, metrics) = _measure("same")
-    assert old is batch.old_logprobs and weights is None  # no correction: the sampled log-probs are the old ones
+    batch, explicit, metrics, passes = _update_measuring("same")
     assert metrics["rollout/logp_diff_max"] < 5e-5
     assert metrics["rollout/ratio_outside_frac"] == 0.0
     assert 0.0 <= metrics["rollout/mismatch_kl"] < 1e-6
+    assert passes == -(-batch.num_rows // 2)  # one training pass per micro-batch of 2 and no measuring pass
+
+
+def test_the_update_measures_what_a_separate_pass_would():
+    batch, explicit, metrics, _ = _update_measuring("bfloat16")
+    mask = batch.response_mask
+    expected = mismatch_stats(explicit, batch.old_logprobs, mask)
+    for name, value in expected.items():  # the whole batch fits the first optimiser step
+        assert metrics[f"rollout/{name}"] == pytest.approx(float(value), rel=1e-4, abs=1e-7)
+    assert metrics["rollout/logp_diff_mean"] > 1e-3  # a real mismatch, not two zeros
+
+
+def test_with_several_mini_batches_the_first_step_rows_are_measured():
+    batch, explicit, metrics, _ = _update_measuring("bfloat16", mini_batch_size=2)
+    whole = float(mismatch_stats(explicit, batch.old_logprobs, batch.response_mask)["logp_diff_mean"])
+    # a sample of the batch: the same order of magnitude as the whole, not exactly it
+    assert 0.2 * whole < metrics["rollout/logp_diff_mean"] < 5 * whole
 
 
 def test_bfloat16_sampling_gives_a_real_mismatch_and_the_correction_reweights_it():
@@ -74,10 +108,15 @@ def test_mismatch_is_measured_only_when_scheduled():
     policy, batch = _batch("same")
     learner = build_learner(policy, Config(rollout=ROLLOUT), get_preset("grpo"))
     off = AlgorithmConfig(mismatch_every=0, rollout_correction="none")
+    # no correction: no pass before the update, whatever the schedule
     assert behaviour_logprobs(learner, batch, off, iteration=1) == (batch.old_logprobs, None, {})
+    assert not measured_in_update(learner, off, iteration=1)
     every_two = AlgorithmConfig(mismatch_every=2)
-    assert behaviour_logprobs(learner, batch, every_two, iteration=3)[2] == {}
-    assert "rollout/mismatch_kl" in behaviour_logprobs(learner, batch, every_two, iteration=4)[2]
+    assert not measured_in_update(learner, every_two, iteration=3)
+    assert measured_in_update(learner, every_two, iteration=4)
+    recompute = AlgorithmConfig(mismatch_every=1, recompute_old_logprobs=True)
+    assert "rollout/mismatch_kl" in behaviour_logprobs(learner, batch, recompute, iteration=1)[2]
+    assert not measured_in_update(learner, recompute, iteration=1)  # the pass measured it already
 
 
 def test_a_bfloat16_sampling_run_logs_the_mismatch_and_the_correction(tmp_path, pick_env, run_config):

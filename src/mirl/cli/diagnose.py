@@ -41,17 +41,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--scope",
         action="append",
         choices=SCOPE_CHOICES,
-        help="repeatable; default first_turn and trajectory (the paper's); all = those and turn_position",
+        help="repeatable; default first_turn and trajectory (the paper's), or a run's own; all = those and "
+        "turn_position",
     )
-    parser.add_argument("--pairs", type=int, default=64, help="(X, Z) pairs per scope (default 64, at most 100000)")
+    parser.add_argument(
+        "--pairs",
+        type=int,
+        help="(X, Z) pairs per scope, at most 100000 (default 64, or a run's own diagnostics.num_pairs)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the pair samplers (default 0)")
     parser.add_argument("--mode", choices=("shared", "naive"), default="shared", help="prefix-shared or naive scoring")
     parser.add_argument("--action-dependence", action="store_true", help="also score Z -> answer and X -> answer")
     parser.add_argument(
         "--reasoning",
         choices=("closed", "open"),
-        default="closed",
-        help="Z is the text inside <think>...</think> (closed) or also an unclosed <think> (open)",
+        help="Z is the text inside <think>...</think> (closed, the default) or also an unclosed <think> (open); "
+        "default a run's own diagnostics.reasoning",
     )
     parser.add_argument("--out", type=Path, help="write the results as JSON to this file")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
@@ -89,6 +94,35 @@ def rollout_file(path: str | Path) -> Path:
     return folder / files[-1]
 
 
+def run_settings(rollouts: Path, args: argparse.Namespace) -> None:
+    """Fill the pairs, scopes and reasoning rule the user left unset: from the ``config.yaml`` of the run the file
+    belongs to (``RUN/rollouts/iteration_N.jsonl``), so a run is diagnosed as it was in training (said on stderr),
+    else the defaults (64 pairs, first_turn and trajectory, closed)."""
+    config_file = rollouts.parent.parent / "config.yaml"
+    run = None
+    unset = args.pairs is None or args.scope is None or args.reasoning is None
+    if unset and rollouts.parent.name == "rollouts" and config_file.is_file() and not config_file.is_symlink():
+        from mirl.config_files import load_config
+        from mirl.errors import UserError
+
+        try:
+            run = load_config(config_file, saved=True).diagnostics
+        except (UserError, ValueError) as error:
+            print(f"mirl diagnose: not using {config_file} ({error}); the defaults instead", file=sys.stderr)
+    taken = []
+    if args.pairs is None:
+        args.pairs = run.num_pairs if run is not None else 64
+        taken += [f"{args.pairs} pairs"] if run is not None else []
+    if args.scope is None and run is not None:
+        args.scope = [scope for scope in run.scopes if scope in SCOPE_CHOICES]
+        taken += ["scopes " + ", ".join(args.scope)]
+    if args.reasoning is None:
+        args.reasoning = run.reasoning if run is not None else "closed"
+        taken += [f"reasoning {args.reasoning}"] if run is not None else []
+    if taken:
+        print(f"mirl diagnose: {', '.join(taken)} from {config_file}, as in training", file=sys.stderr)
+
+
 def run_diagnose(args: argparse.Namespace) -> int:
     """Check the arguments and read the whole rollout file first, then load the model and score."""
     from mirl.cli.paths import check_output_file
@@ -96,12 +130,13 @@ def run_diagnose(args: argparse.Namespace) -> int:
     from mirl.errors import UserError
 
     for flag, value in (("--pairs", args.pairs), ("--max-batch-tokens", args.max_batch_tokens)):
-        if value < 1:
+        if value is not None and value < 1:
             raise UserError(f"{flag} must be >= 1, got {value}")
-    if args.pairs > MAX_PAIRS:  # each pair is a sampled row of the score matrix; the paper uses 64
+    if args.pairs is not None and args.pairs > MAX_PAIRS:  # each pair is a sampled row; the paper uses 64
         raise UserError(f"--pairs must be at most {MAX_PAIRS}, got {args.pairs}; e.g. --pairs 256")
     check_output_file(args.out)
     args.rollouts = rollout_file(args.rollouts)
+    run_settings(Path(args.rollouts), args)
     fmt, records = load_records(args.rollouts)  # a bad file fails here, before a model is loaded
     policy = load_policy(args.model, device=args.device, dtype=args.dtype, max_batch_tokens=args.max_batch_tokens)
     report = diagnose_records(

@@ -19,7 +19,7 @@ from mirl.rollout.prompts import EXAMPLE_REASONING
 from mirl.trainer import credit, stages
 from mirl.trainer.early_stop import after_selection, after_validation
 from mirl.trainer.filter_watch import SoftmaxKeepWatch
-from mirl.trainer.mismatch import behaviour_logprobs
+from mirl.trainer.mismatch import behaviour_logprobs, measured_in_update
 from mirl.trainer.pace import PaceWatch
 from mirl.trainer.run import (
     Timer,
@@ -217,6 +217,7 @@ def train_on(batch, kept, outcomes, learner, preset, config: Config, state, seed
         stages.reference_logprobs(learner, batch),
         loss_scale=scale,
         rollout_weights=weights,
+        measure_mismatch=measured_in_update(learner, config.algorithm, state.iteration),
     )
     metrics = (
         mismatch

@@ -22,6 +22,7 @@ from mirl.algorithms import (
     loss_terms,
     value_loss,
 )
+from mirl.algorithms.rollout_correction import mismatch_stats
 from mirl.config import AlgorithmConfig
 from mirl.types import RolloutBatch
 
@@ -53,6 +54,8 @@ class UpdateInputs:
     ref_logprobs: torch.Tensor | None  # (B, T)
     loss_scale: float = 1.0
     rollout_weights: torch.Tensor | None = None  # (B, T) the rollout correction's token weights, None = all 1
+    # log the sampler/trainer mismatch (rollout/logp_diff_*, ...) from the first optimiser step's own forward pass
+    measure_mismatch: bool = False
 
 
 def mini_batches(num_rows: int, config: AlgorithmConfig, generator: torch.Generator) -> list[torch.Tensor]:
@@ -75,7 +78,7 @@ def _trim(batch: RolloutBatch, rows: torch.Tensor) -> tuple[RolloutBatch, int]:
     return part, length
 
 
-def _policy_terms(learner, inputs: UpdateInputs, rows, preset: AlgorithmPreset, normaliser) -> tuple:
+def _policy_terms(learner, inputs: UpdateInputs, rows, preset: AlgorithmPreset, normaliser, record=None) -> tuple:
     part, length = _trim(inputs.batch, rows)
     ids, attn = part.input_ids[:, :length], part.attention_mask[:, :length]
     mask = part.response_mask[:, :length]
@@ -89,6 +92,8 @@ def _policy_terms(learner, inputs: UpdateInputs, rows, preset: AlgorithmPreset, 
         needed=mask,
         **part.image_args(),
     )
+    if record is not None:  # before any optimiser step these are the trainer's pi_old of the rows
+        record[rows, :length] = logp.detach().float().to(record.device)
     cut = lambda x: x[rows][:, :length].to(device)  # noqa: E731
     ref = cut(inputs.ref_logprobs) if inputs.ref_logprobs is not None else None
     weights = cut(inputs.rollout_weights) if inputs.rollout_weights is not None else None
@@ -205,12 +210,14 @@ def accumulate_gradients(
     preset: AlgorithmPreset,
     micro_batch_size: int,
     tally: _Tally | None = None,
+    record: torch.Tensor | None = None,
 ) -> _Tally:
     """Backward the loss of the mini-batch ``rows`` in micro-batches into ``.grad``; no optimiser step.
 
     The normaliser is computed once on the whole mini-batch, so the accumulated gradient does not depend on
     ``micro_batch_size``, nor on how the rows are grouped: they are grouped by length (longest first), so a
     micro-batch pads its rows to similar lengths and the first one shows the step's peak memory at once.
+    ``record`` (B, T), when given, receives the rows' detached log-probs.
     """
     tally = tally if tally is not None else _Tally()
     mask = inputs.batch.response_mask[rows]
@@ -219,7 +226,7 @@ def accumulate_gradients(
     lengths = inputs.batch.attention_mask[rows].sum(dim=1)
     rows = rows[torch.sort(lengths, descending=True, stable=True).indices]
     for micro in torch.split(rows, micro_batch_size):
-        loss, stats, n_tokens = _policy_terms(learner, inputs, micro, preset, normaliser)
+        loss, stats, n_tokens = _policy_terms(learner, inputs, micro, preset, normaliser, record)
         loss.backward()
         if learner.critic is not None:
             critic_loss, critic_stats = _critic_terms(learner, inputs, micro, critic_normaliser, preset.value_clip)
@@ -233,9 +240,16 @@ def accumulate_gradients(
 def update(
     learner: Learner, inputs: UpdateInputs, preset: AlgorithmPreset, config: AlgorithmConfig, generator: torch.Generator
 ) -> dict[str, float]:
-    """``ppo_epochs`` passes of mini-batch steps over the batch; returns ``train/*`` metrics."""
+    """``ppo_epochs`` passes of mini-batch steps over the batch; returns ``train/*`` metrics.
+
+    With ``inputs.measure_mismatch`` also the ``rollout/*`` mismatch metrics of the rows of the first optimiser
+    step (the whole batch when it fits one mini-batch): before that step the training forward pass computes the
+    trainer's pi_old, so the mismatch costs no pass of its own (:mod:`mirl.trainer.mismatch`).
+    """
     tally = _Tally()
     grad_norms, nonfinite = [], 0
+    record = torch.zeros_like(inputs.old_logprobs, dtype=torch.float32) if inputs.measure_mismatch else None
+    first_rows = None
     _engine_hook(learner.policy, "sleep")  # a colocated generation engine frees its memory for the update
     actor_params = [p for p in learner.policy.model.parameters() if p.requires_grad]
     critic_params = [p for p in learner.critic.parameters() if p.requires_grad] if learner.critic is not None else []
@@ -243,7 +257,11 @@ def update(
     with gradient_buffer(actor_params + critic_params):
         for _ in range(config.ppo_epochs):
             for rows in mini_batches(inputs.batch.num_rows, config, generator):
-                accumulate_gradients(learner, inputs, rows, preset, config.micro_batch_size, tally)
+                first = first_rows is None
+                first_rows = rows if first else first_rows
+                accumulate_gradients(
+                    learner, inputs, rows, preset, config.micro_batch_size, tally, record if first else None
+                )
                 norm, finite = _step(learner.optimizer, actor_params, config.grad_clip)
                 if learner.critic is not None:
                     _step(learner.critic_optimizer, critic_params, config.grad_clip)
@@ -252,12 +270,21 @@ def update(
     learner.policy.model.eval()
     _engine_hook(learner.policy, "sync_weights")  # the generation engine samples from the updated weights
     finite_norms = [n for n in grad_norms if math.isfinite(n)]
-    return tally.metrics() | {
-        "train/grad_norm": sum(finite_norms) / max(1, len(finite_norms)),
-        "train/nonfinite_steps": float(nonfinite),
-        "train/optimizer_steps": float(len(grad_norms) - nonfinite),
-        "train/response_tokens": float(tally.tokens // max(1, config.ppo_epochs)),
-    }
+    mismatch = {}
+    if record is not None and first_rows is not None:
+        mask = inputs.batch.response_mask[first_rows]
+        stats = mismatch_stats(record[first_rows], inputs.old_logprobs[first_rows].float(), mask)
+        mismatch = {f"rollout/{name}": float(value) for name, value in stats.items()}
+    return (
+        mismatch
+        | tally.metrics()
+        | {
+            "train/grad_norm": sum(finite_norms) / max(1, len(finite_norms)),
+            "train/nonfinite_steps": float(nonfinite),
+            "train/optimizer_steps": float(len(grad_norms) - nonfinite),
+            "train/response_tokens": float(tally.tokens // max(1, config.ppo_epochs)),
+        }
+    )
 
 
 def _engine_hook(policy, name: str) -> None:
