@@ -119,3 +119,53 @@ def test_store_takes_the_longest_prefix_and_keeps_one_token_to_encode():
     small.add((1,), kv(1))  # 2 tensors x 8 floats x 4 bytes = 64 bytes
     small.add((2,), kv(2))  # 128 more bytes: over budget, the oldest entry goes
     assert list(small.entries) == [(2,)]
+
+
+def _score_rollout(policy, episodes):
+    """Every turn's reasoning under every turn's context: the cells the trajectory scope scores."""
+    turns = [t for e in episodes for t in e.turns]
+    prefixes = [t.context_ids for t in turns for _ in turns]
+    continuations = [u.response_ids for _ in turns for u in turns]
+    encoded = []
+    forward = policy._backbone
+    policy._backbone = lambda ids, *a, **k: encoded.append(ids.shape[-1]) or forward(ids, *a, **k)
+    try:
+        return policy.score(prefixes, continuations), encoded
+    finally:
+        policy._backbone = forward
+
+
+def test_scoring_right_after_a_rollout_takes_the_contexts_from_its_caches(policy):
+    config = RolloutConfig(max_turns=2, max_new_tokens=12, temperature=1.0)
+    specs = [EnvSpec("frozenlake", 0), EnvSpec("frozenlake", 1)]
+    episodes = run_episodes(policy, specs, 2, config, sampling_seed=3)
+    fresh, fresh_passes = _score_rollout(policy, episodes)
+    with policy.keep_rollout_caches():
+        again = run_episodes(policy, specs, 2, config, sampling_seed=3)
+        assert policy._kept is not None and policy._kept.entries  # the rollout's caches outlived it
+        kept, kept_passes = _score_rollout(policy, again)
+    assert policy._kept is None  # dropped with the block: a weight update would make them stale
+    assert [t.response_ids for e in again for t in e.turns] == [t.response_ids for e in episodes for t in e.turns]
+    for a, b in zip(kept, fresh, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)  # the same scores up to float rounding
+    # the contexts are not encoded again, only their last token each: the model sees far fewer positions
+    assert kept_passes.count(1) >= len({tuple(t.context_ids) for e in episodes for t in e.turns})
+    assert sum(kept_passes) < sum(fresh_passes) / 2
+
+
+def test_a_sampler_copy_in_another_dtype_keeps_nothing():
+    policy = tiny_policy(seed=6)
+    policy.sample_in("bfloat16")
+    with policy.keep_rollout_caches():
+        config = RolloutConfig(max_turns=2, max_new_tokens=8)
+        run_episodes(policy, [EnvSpec("frozenlake", 0)], 2, config, sampling_seed=1)
+        assert policy._kept is None  # its keys and values are the bfloat16 copy's, not the scorer's
+
+
+def test_peek_leaves_the_entry_and_the_last_token_to_encode():
+    kv = [(torch.arange(5.0).view(1, 5, 1), torch.zeros(1, 5, 1))]
+    store = PrefixStore(max_bytes=10**6)
+    store.add((1, 2, 3, 4, 5), kv)
+    assert store.peek((1, 2, 3))[0][0].flatten().tolist() == [0.0, 1.0]  # keys of (1, 2): token 3 is encoded
+    assert store.peek((1, 2, 3, 4, 5)) is not None and (1, 2, 3, 4, 5) in store.entries
+    assert store.peek((1, 2, 9)) is None and store.peek((1,)) is None and store.peek((1, 2, 3, 4, 5, 6)) is None

@@ -99,6 +99,9 @@ class HFPolicy:
         self.prefix_sharing = True
         self.prefix_cache_bytes = 2**30  # stored caches of one rollout at most
         self._store: PrefixStore | None = None
+        # inside keep_rollout_caches(): what the rollouts' stores held at their end, for scoring
+        self._kept: PrefixStore | None = None
+        self._keeping = False
         # scoring: pack continuations unpadded into rows of at most max_packed_tokens (mirl.policy.packing)
         self.pack_scoring = True
         self.max_packed_tokens = 512
@@ -221,6 +224,10 @@ class HFPolicy:
         stem's tensors are left as they are).
         """
         kv, start = stem if stem is not None else ([], 0)
+        kept = self._kept.peek(tuple(prefix)) if self._kept is not None else None
+        if kept is not None and start < len(prefix) - 1:  # a rollout encoded all but the last token already
+            kv, start = [(k.unsqueeze(0), v.unsqueeze(0)) for k, v in kept], len(prefix) - 1
+            self._kept.hits += start
         ids = torch.tensor([prefix[start:]], device=self.device)  # (1, Lp - start)
         shift = self._position_shift(prefix[:start])
         positions = torch.arange(start + shift, len(prefix) + shift, device=self.device).unsqueeze(0)  # (1, Lp - start)
@@ -242,7 +249,27 @@ class HFPolicy:
         try:
             yield self._store
         finally:
+            if self._keeping and self._store is not None:
+                self._kept = self._kept or PrefixStore(self.prefix_cache_bytes)
+                self._kept.merge(self._store)
             self._store = previous
+
+    @contextlib.contextmanager
+    def keep_rollout_caches(self):
+        """Within this block the caches the rollouts' :meth:`prefix_cache` held at their end are kept, and
+        :meth:`score` takes the keys and values of a prefix that a kept sequence starts with from them instead of
+        encoding it again: the diagnostics right after a rollout score the very contexts it sampled from. Only for
+        the weights that sampled (not with a sampler copy in another dtype, nor for a vision policy, whose
+        positions follow its images), and only until a weight update: the caches are dropped when the block ends.
+        Kept and fresh keys and values agree up to float rounding (another batch layout)."""
+        if self.sampler_copy is not None or type(self)._position_shift is not HFPolicy._position_shift:
+            yield
+            return
+        self._keeping = True
+        try:
+            yield
+        finally:
+            self._keeping, self._kept = False, None
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[Generation]:
         """Sample one continuation per prompt (see the module docstring for the exact semantics), on the sampler

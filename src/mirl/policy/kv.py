@@ -75,6 +75,20 @@ class PrefixStore:
         return [(k[:, :keep], v[:, :keep]) for k, v in kv] if keep < len(best) else kv
 
 
+    def peek(self, prefix: tuple[int, ...]) -> KV | None:
+        """The keys and values of ``prefix[:-1]`` cut from a stored sequence that starts with ``prefix`` (the entry
+        stays), or None. The last token is left to encode: its hidden state predicts what follows ``prefix``."""
+        for ids, kv in self.entries.items():
+            if len(ids) >= len(prefix) > 1 and ids[: len(prefix)] == prefix and kv[0][0].shape[-2] == len(ids):
+                return [(k[:, : len(prefix) - 1], v[:, : len(prefix) - 1]) for k, v in kv]
+        return None
+
+    def merge(self, other: PrefixStore) -> None:
+        """Add ``other``'s entries (within this store's byte budget)."""
+        for ids, kv in other.entries.items():
+            self.add(ids, kv)
+
+
 def reusable(cache: DynamicCache) -> bool:
     """Whether every layer is a plain growing cache (rows can be cut out and re-assembled); sliding-window and
     other special layers are not."""

@@ -157,23 +157,27 @@ def run_iteration(
     without it)."""
     iteration, seed, timer = state.iteration, iteration_seed(config, state.iteration), Timer()
     P, K = config.rollout.prompts_per_iteration, config.rollout.group_size
-    with timer("rollout"), _work(sinks, "rollout", "episode turns") as progress:
-        episodes, refills = stages.collect(policy, config, iteration, sampling_seed=seed, progress=progress)
-    returns = stages.group_returns(episodes, P, K)  # (P, K)
-    turns = credit.turn_table(episodes, P, K)  # per-turn rewards and state keys, (P, K, U)
-    metrics = stages.rollout_metrics(episodes, config.rollout.wording_regex) | {"rollout/refill_rounds": float(refills)}
-    if config.diagnostics.enabled and is_scheduled(iteration, config.diagnostics.every):
-        with timer("scoring"), _work(sinks, "scoring", "tokens") as progress:
-            metrics |= run_diagnostics(
-                policy,
-                episodes,
-                config.diagnostics,
-                state.diagnostics,
-                generator=torch.Generator().manual_seed(seed),
-                progress=progress,
-                sample_temperature=config.rollout.temperature,
-                format_reasoning=EXAMPLE_REASONING,  # one no_reasoning rule wherever the diagnostics run
-            )
+    diagnosed = config.diagnostics.enabled and is_scheduled(iteration, config.diagnostics.every)
+    keep = getattr(policy, "keep_rollout_caches", None) if diagnosed else None  # the scoring reuses them
+    with keep() if keep is not None else nullcontext():
+        with timer("rollout"), _work(sinks, "rollout", "episode turns") as progress:
+            episodes, refills = stages.collect(policy, config, iteration, sampling_seed=seed, progress=progress)
+        returns = stages.group_returns(episodes, P, K)  # (P, K)
+        turns = credit.turn_table(episodes, P, K)  # per-turn rewards and state keys, (P, K, U)
+        metrics = stages.rollout_metrics(episodes, config.rollout.wording_regex)
+        metrics["rollout/refill_rounds"] = float(refills)
+        if diagnosed:
+            with timer("scoring"), _work(sinks, "scoring", "tokens") as progress:
+                metrics |= run_diagnostics(
+                    policy,
+                    episodes,
+                    config.diagnostics,
+                    state.diagnostics,
+                    generator=torch.Generator().manual_seed(seed),
+                    progress=progress,
+                    sample_temperature=config.rollout.temperature,
+                    format_reasoning=EXAMPLE_REASONING,  # one no_reasoning rule wherever the diagnostics run
+                )
     with timer("filter"):
         turn_scores, turn_metrics = credit.turn_signal(preset, turns, returns, config.filter.statistic)
         selection, rows = stages.select(returns, config, turn_scores)
