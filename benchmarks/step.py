@@ -2,6 +2,7 @@
 
     python benchmarks/step.py                              # filter off vs SNR-Aware top-p 0.9, 3 iterations each
     python benchmarks/step.py --compare checkpointing      # model.gradient_checkpointing false vs true
+    python benchmarks/step.py --compare lean               # checkpointing at micro-batch 2 vs none at 1
     python benchmarks/step.py --baseline 17e24f0           # the defaults: a git revision vs the working tree
     python benchmarks/step.py --iterations 5 model.name=Qwen/Qwen2.5-0.5B-Instruct
 
@@ -31,6 +32,11 @@ COMPARISONS = {
     "checkpointing": {
         "no checkpointing": ["model.gradient_checkpointing=false"],
         "checkpointing": ["model.gradient_checkpointing=true"],
+    },
+    # the same activations budget two ways: recompute the layers of 2-row micro-batches, or keep those of 1 row
+    "lean": {
+        "checkpointing, micro 2": ["model.gradient_checkpointing=true", "algorithm.micro_batch_size=2"],
+        "no checkpointing, micro 1": ["model.gradient_checkpointing=false", "algorithm.micro_batch_size=1"],
     },
 }
 KEYS = {

@@ -30,6 +30,7 @@ MAX_YAML_NODES = 50_000  # scalars + collections after alias expansion; a resolv
 MAX_YAML_DEPTH = 64
 MAX_JSON_BYTES = 16 << 20  # summary.json, eval / diagnose results
 MAX_LINE_BYTES = 16 << 20  # one JSONL record: a metrics line is ~10 KiB, an episode rarely above 1 MiB
+MAX_INT_DIGITS = 20  # an integer in a run file (iteration, token id, count) fits 64 bits; a wider one is damage
 TMP_SUFFIX = ".tmp"
 
 
@@ -172,13 +173,43 @@ def read_bytes(path: str | os.PathLike, limit: int, *, follow_links: bool = True
     return data
 
 
+class WideIntegerError(ValueError):
+    """A JSON integer literal wider than :data:`MAX_INT_DIGITS` digits."""
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:  # checked before int(): converting is quadratic in the digits
+        raise WideIntegerError(f"an integer of {len(text.lstrip('-'))} digits (at most {MAX_INT_DIGITS})")
+    return int(text)
+
+
+def parse_json(text: str | bytes) -> Any:
+    """``json.loads`` for files mirl did not necessarily write: an integer literal wider than
+    :data:`MAX_INT_DIGITS` digits raises :class:`WideIntegerError` (Python's own limit is 4,300 digits, and a
+    400-digit integer already overflows every float the readers compare it with); deep nesting raises
+    ``RecursionError``; anything else not JSON ``json.JSONDecodeError``.
+
+    >>> parse_json('{"iteration": 3, "x": 1e999}')
+    {'iteration': 3, 'x': inf}
+    >>> try:
+    ...     parse_json('{"iteration": ' + '9' * 400 + '}')
+    ... except WideIntegerError as error:
+    ...     print(error)
+    an integer of 400 digits (at most 20)
+    """
+    return json.loads(text, parse_int=_bounded_int)
+
+
 def read_json(path: str | os.PathLike, limit: int = MAX_JSON_BYTES) -> Any:
-    """One JSON document; :class:`RunDirError` when too large, not JSON, or nested too deeply."""
+    """One JSON document; :class:`RunDirError` when too large, not JSON, nested too deeply or holding an integer
+    wider than :data:`MAX_INT_DIGITS` digits."""
     text = read_bytes(path, limit).decode("utf-8", errors="replace")
     try:
-        return json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as error:
-        reason = error.msg if isinstance(error, json.JSONDecodeError) else "nested too deeply"
+        return parse_json(text)
+    except (json.JSONDecodeError, RecursionError, WideIntegerError) as error:
+        reason = error.msg if isinstance(error, json.JSONDecodeError) else str(error) or "nested too deeply"
+        if isinstance(error, RecursionError):
+            reason = "nested too deeply"
         raise MalformedFileError(path, "JSON", reason) from None
 
 
@@ -203,7 +234,10 @@ def read_yaml(
     import yaml
 
     text = read_bytes(path, limit).decode("utf-8", errors="replace")
-    loader = (yaml.SafeLoader if yaml11 else _loader_class())(text)
+    try:  # the loader checks the characters as it is made: a binary file fails here
+        loader = (yaml.SafeLoader if yaml11 else _loader_class())(text)
+    except yaml.YAMLError as error:
+        raise MalformedFileError(path, "YAML", str(error).splitlines()[0]) from None
     try:
         node = loader.get_single_node()
         if node is None:
@@ -295,7 +329,9 @@ def iter_jsonl_lines(
 
 def _parse_line(raw: bytes) -> tuple[Any, str]:
     try:
-        value = json.loads(raw.decode("utf-8", errors="replace"))
+        value = parse_json(raw.decode("utf-8", errors="replace"))
+    except WideIntegerError as error:
+        return None, str(error)
     except (json.JSONDecodeError, RecursionError):
         return None, "torn" if not raw.endswith(b"\n") else "unparsable JSON"
     if not isinstance(value, dict):

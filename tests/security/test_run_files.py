@@ -146,3 +146,44 @@ def test_a_report_of_a_huge_iteration_number_is_no_traceback(tmp_path, capsys):
     (run / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     assert main(["report", str(run)]) == 0
     assert "Traceback" not in capsys.readouterr().err and (run / "report.html").is_file()
+
+
+@pytest.mark.parametrize("digits", [400, 5000])
+def test_report_and_compare_skip_a_line_with_an_integer_wider_than_any_float(tmp_path, capsys, digits):
+    """A 400-digit integer overflowed math.isfinite; a 5,000-digit one made Python's JSON reader refuse the file."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("rollout: {group_size: 4}\n")
+    huge = "9" * digits
+    lines = [
+        '{"iteration": 1, "rollout/success": 0.25}\n',
+        '{"iteration": 2, "rollout/success": ' + huge + "}\n",
+        '{"iteration": ' + huge + ', "rollout/success": 0.5}\n',
+        '{"iteration": 3, "rollout/success": 0.75}\n',
+    ]
+    (run / "metrics.jsonl").write_text("".join(lines))
+    assert main(["report", str(run)]) == 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and (run / "report.html").is_file()
+    assert f"an integer of {digits} digits" in (run / "report.html").read_text()  # the skipped lines are named
+    assert main(["compare", str(run), str(run), "--out", str(tmp_path / "compare.html")]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_analyze_refuses_a_deep_or_oversized_or_wide_sweep_manifest_in_one_line(tmp_path, capsys):
+    runs = [("r1", {"filter.value": "0.5"}, 1, {}, [{"rollout/success": 0.5}])]
+    sweep = make_sweep(tmp_path / "sw", runs)
+    for manifest in ("[" * 200_000 + "]" * 200_000, " " * (17 << 20) + "{}", '{"runs": [], "n": ' + "9" * 5000 + "}"):
+        (sweep / "sweep.json").write_text(manifest)
+        assert main(["analyze", str(sweep), "--kind", "table"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("mirl analyze: ") and "is malformed" in err and len(err.splitlines()) == 1, err
+
+
+def test_sweep_and_train_refuse_a_binary_file_in_one_line(tmp_path, capsys):
+    spec = tmp_path / "spec.yaml"
+    spec.write_bytes(b"\x00\x01\xff\xfe not text")
+    for command in ("sweep", "train"):
+        assert main([command, str(spec)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"mirl {command}: ") and "not valid YAML" in err and "\n" not in err, err

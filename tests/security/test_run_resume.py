@@ -56,6 +56,18 @@ def test_resume_names_every_dropped_line_and_keeps_them(run, capsys):
 
 
 @pytest.mark.slow  # trains a run first
+def test_resume_drops_a_line_with_a_5000_digit_integer_and_keeps_the_run(run, capsys):
+    """Python's JSON reader refuses integers of more than 4,300 digits: one such line made the whole run unreadable."""
+    with (run / "metrics.jsonl").open("a") as log:
+        log.write('{"iteration": ' + "9" * 5000 + ', "rollout/success": 1.0}\n')
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "trainer.iterations=2", "--no-report"]) == 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "line 2: an integer of 5000 digits (at most 20)" in err
+    assert [json.loads(line)["iteration"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+
+
+@pytest.mark.slow  # trains a run first
 def test_resuming_with_a_model_of_another_shape_is_one_line(run, tmp_path, capsys):
     other = tmp_path / "other"
     policy = tiny_policy(hidden_size=32)

@@ -11,7 +11,6 @@ Per-run numbers (documented here once, used by every analysis):
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ import numpy as np
 
 from mirl.errors import UserError
 from mirl.report.rundir import RunData, Series, read_run
+from mirl.safeio import RunDirError, read_json
 
 SCOPES = ("trajectory", "first_turn")
 
@@ -81,10 +81,10 @@ def read_sweep(sweep_dir: str | Path) -> list[RunRecord]:
     if not manifest_path.is_file():
         raise SweepDirError(f"{str(sweep_dir)!r} has no sweep.json; pass a directory made by `mirl sweep`")
     try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        manifest = read_json(manifest_path)  # size, depth and integer width bounded
         runs = manifest["runs"]
         entries = [(str(r["name"]), {str(k): str(v) for k, v in r["cell"].items()}, int(r["seed"])) for r in runs]
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (RunDirError, ValueError, KeyError, TypeError, AttributeError):
         raise SweepDirError(f"{str(manifest_path)!r} is malformed; re-run `mirl sweep` to rewrite it") from None
     records = []
     for name, cell, seed in entries:

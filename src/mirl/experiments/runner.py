@@ -34,6 +34,7 @@ from pathlib import Path
 
 from mirl.experiments.spec import PlannedRun, SweepSpec
 from mirl.experiments.writing import write_text_atomic
+from mirl.safeio import RunDirError, read_json
 
 DONE, FAILED, PENDING = "done", "failed", "pending"
 POLL_SECONDS = 0.5
@@ -178,9 +179,7 @@ def write_status(spec: SweepSpec, status: dict[str, dict]) -> None:
 
 def _read_json(path: Path) -> dict:
     try:
-        if path.stat().st_size > 10_000_000:
-            return {}
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = read_json(path, limit=10_000_000)  # size, depth and integer width bounded
+    except (OSError, RunDirError):
         return {}
     return data if isinstance(data, dict) else {}

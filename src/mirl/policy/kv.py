@@ -74,7 +74,6 @@ class PrefixStore:
         keep = min(len(best), len(prompt) - 1)
         return [(k[:, :keep], v[:, :keep]) for k, v in kv] if keep < len(best) else kv
 
-
     def peek(self, prefix: tuple[int, ...]) -> KV | None:
         """The keys and values of ``prefix[:-1]`` cut from a stored sequence that starts with ``prefix`` (the entry
         stays), or None. The last token is left to encode: its hidden state predicts what follows ``prefix``."""
