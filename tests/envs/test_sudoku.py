@@ -90,9 +90,19 @@ def test_bad_options_are_refused():
         make("sudoku", size=5)
     with pytest.raises(ValueError, match=r"blanks must be in \[1, 16\]"):
         make("sudoku", blanks=17)
+    # unique puzzles the generator cannot reach: refused when the env is made, not after seconds of search at reset
+    for size, blanks in ((4, 16), (4, 13), (9, 57), (9, 64), (9, 81)):
+        with pytest.raises(ValueError, match=f"more than the generator reaches .at most {12 if size == 4 else 56}."):
+            make("sudoku", size=size, blanks=blanks)
+    make("sudoku", size=4, blanks=16, unique=False).reset(seed=0)  # without uniqueness every count is reachable
     with pytest.raises(ValueError, match="option blanks of environment 'sudoku' must be an int"):
         make("sudoku", blanks="many")
     with pytest.raises(ValueError, match="option unique of environment 'sudoku' must be true or false"):
         make("sudoku", unique="yes")
-    with pytest.raises(RuntimeError, match="no 4x4 Sudoku with 16 blanks and a unique solution in 50 grids"):
-        make("sudoku", blanks=16).reset(seed=0)
+
+
+def test_the_largest_accepted_unique_9x9_is_reached_at_reset():
+    env = make("sudoku", size=9, blanks=56)
+    for seed in range(3):
+        env.reset(seed=seed)
+        assert env.grid.count(0) == 56 and len(sudoku_solutions(env.grid, 9, limit=2)) == 1
