@@ -103,6 +103,12 @@ CATALOGUE: tuple[Metric, ...] = (
         "episodes ended by an env infrastructure failure (end_reason remote_*: refused, timeout, ...) / all",
         "fraction",
     ),
+    Metric(
+        "rollout/env_malformed_frac",
+        "episodes ended because the env sent a value the engine refused (end_reason malformed_*: a reward that is "
+        "not a finite number within +-1e6) / all",
+        "fraction",
+    ),
     Metric("rollout/refill_rounds", "dynamic-sampling rounds used this iteration", "rounds"),
     # sampler/trainer mismatch on the kept batch's trained tokens before the update (mirl.trainer.mismatch):
     # d_t = log pi_old(y_t) - log mu(y_t), the trainer's minus the sampler's log-prob of the same token

@@ -276,6 +276,13 @@ def infrastructure_warnings(metrics: Metrics) -> list[str]:
                 f"(up to {float(series.values.max()):.0%}; end_reason remote_* in the rollouts): their return is "
                 "not the model's"
             )
+    series = metrics.get("rollout/env_malformed_frac")
+    if series is not None and float(series.values.max()) > 0:
+        hit = int((series.values > 0).sum())
+        out.append(
+            f"training episodes ended because the env sent a reward that is not a finite number within +-1e6 in {hit} "
+            f"of {len(series.values)} iterations (up to {float(series.values.max()):.0%}; end_reason malformed_reward)"
+        )
     return out
 
 

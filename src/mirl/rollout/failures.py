@@ -14,6 +14,7 @@ there is nothing to learn from or to validate.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable
 
@@ -25,6 +26,39 @@ HINTS = {
     "fix the url option",
     "remote_timeout": "the env server did not answer in time: check that it runs and raise the client's timeout",
 }
+
+
+MALFORMED = "malformed_"  # end reasons of an env value the engine refused ("malformed_reward")
+MAX_ENV_REWARD = 1e6  # |reward| of one env step at most; a larger, non-finite or non-numeric one ends the episode
+
+
+def reward_problem(reward: object) -> str | None:
+    """Why one env step's reward cannot be trained on, or None: it must be a real number (bool, int or float,
+    numpy scalars included), finite and within +-:data:`MAX_ENV_REWARD`. Checked before ``float()``, which an
+    integer too large for a float would overflow.
+
+    >>> [reward_problem(r) for r in (1, -0.5, True)]
+    [None, None, None]
+    >>> reward_problem(float("nan")), reward_problem(10**400), reward_problem("1")
+    ('not finite', 'beyond +-1e+06', 'not a number (str)')
+    """
+    if isinstance(reward, str | bytes) or not hasattr(reward, "__float__"):
+        return f"not a number ({type(reward).__name__})"
+    if isinstance(reward, int) and not isinstance(reward, bool) and abs(reward) > MAX_ENV_REWARD:
+        return f"beyond +-{MAX_ENV_REWARD:g}"
+    try:
+        value = float(reward)
+    except (TypeError, ValueError, OverflowError):
+        return f"not a number ({type(reward).__name__})"
+    if not math.isfinite(value):
+        return "not finite"
+    return f"beyond +-{MAX_ENV_REWARD:g}" if abs(value) > MAX_ENV_REWARD else None
+
+
+def malformed_share(end_reasons: Iterable[str | None]) -> float:
+    """Share of episodes ended because the env sent a value the engine refused (``malformed_*``)."""
+    reasons = list(end_reasons)
+    return sum(bool(r) and str(r).startswith(MALFORMED) for r in reasons) / max(1, len(reasons))
 
 
 class InfrastructureError(UserError):

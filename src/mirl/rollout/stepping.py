@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from mirl.envs.base import StepRecord
 from mirl.envs.images import observation_images
+from mirl.rollout.failures import MALFORMED, reward_problem
 
 _STEP_THREADS = 64  # threads stepping envs with concurrent_steps (their own pools bound the real work)
 
@@ -38,6 +39,9 @@ def step_reply(live, parsed) -> tuple[str, float, int, bool]:
         if not legal or live.budget == 0 or live.end_reason is not None:
             continue
         observation, reward, terminated, truncated, info = live.env.step(action)
+        if reward_problem(reward) is not None:  # NaN, inf, 10**400, "1": the episode ends, its return untouched
+            live.end_reason = f"{MALFORMED}reward"
+            break
         env_reward += float(reward)
         live.steps.append(StepRecord(action, float(reward), info))
         live.observation, live.state_key = observation, state_key_of(info)

@@ -14,7 +14,7 @@ from mirl.config import Config, FilterConfig
 from mirl.filtering import Selection, select_groups, select_trajectories
 from mirl.filtering.metrics import selection_metrics
 from mirl.rollout import collate
-from mirl.rollout.failures import infrastructure_share
+from mirl.rollout.failures import infrastructure_share, malformed_share
 from mirl.rollout.reasoning_measures import reasoning_metrics, wording_bonus_frac
 from mirl.trainer.episode_progress import EpisodeTurns, play_counted
 from mirl.trainer.specs import train_specs
@@ -222,6 +222,7 @@ def rollout_metrics(episodes: list[Episode], wording_regex: str = "") -> dict[st
         "rollout/context_capped_frac": sum(t.finish_reason == "context" for t in turns) / n_turns,
         "rollout/episodes": float(len(episodes)),
         "rollout/infra_failed_frac": infrastructure_share(e.end_reason for e in episodes),
+        "rollout/env_malformed_frac": malformed_share(e.end_reason for e in episodes),
     }
     for env in sorted({e.spec.env for e in episodes}):
         mine = [e for e in episodes if e.spec.env == env]
