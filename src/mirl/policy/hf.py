@@ -6,7 +6,8 @@ the decoded tail, and a seeded local generator:
 
 - identical prompts (the K samples of a group) are prefilled once and their cache rows repeated; inside
   :meth:`HFPolicy.prefix_cache` a prompt that extends an earlier finished row encodes only its new tokens
-  (:mod:`mirl.policy.kv`); set ``prefix_sharing = False`` to encode every prompt in full;
+  (:mod:`mirl.policy.kv`, the prefill in :mod:`mirl.policy.hf_prefill`); set ``prefix_sharing = False`` to encode
+  every prompt in full;
 - prompts are left-padded; position ids count real tokens only (``cumsum(mask) - 1``), so a prompt gets the same
   positions whatever else is in the batch; finished rows are dropped from the KV cache and stop costing compute;
 - one uniform per row per step, a function of (``sampling.seed``, step, row index) drawn from a local CPU generator,
@@ -41,8 +42,9 @@ from transformers import DynamicCache
 
 from mirl.policy.base import replies_finished
 from mirl.policy.hf_logprobs import token_logprobs
+from mirl.policy.hf_prefill import prefill
 from mirl.policy.hf_scoring import score_cells
-from mirl.policy.kv import PrefixStore, appendable, assemble, length_buckets, reusable, rows_kv
+from mirl.policy.kv import PrefixStore, appendable, reusable, rows_kv
 from mirl.policy.sampler_copy import SamplerCopy
 from mirl.policy.sampling import check_sampling, end_of_turn_ids, ends_with_stop, sample_tokens, step_uniforms
 from mirl.policy.sources import load_model_and_tokenizer, resolve_device, resolve_dtype
@@ -328,57 +330,9 @@ class HFPolicy:
         ]
 
     def _prefill(self, prompts: list[list[int]]):
-        """Encode the prompts: (cache of B rows, last hidden (B, H), mask (B, L), next positions (B,)).
-
-        With ``prefix_sharing`` each distinct prompt is encoded once (its cache rows are then repeated for every
-        copy), and inside :meth:`prefix_cache` a stored prefix of a prompt is not encoded again. New parts of very
-        different lengths are encoded in length buckets whose caches are then joined (:func:`length_buckets`).
-        Positions count real tokens (``cumsum(mask) - 1`` over stored + new columns), so every token sits where it
-        would without sharing.
-        """
-        keys = [tuple(p) for p in prompts]
-        distinct = list(dict.fromkeys(keys)) if self.prefix_sharing else keys
-        stored = [self._store.take(p) if self._store is not None else None for p in distinct]
-        new = [p[(0 if kv is None else kv[0][0].shape[1]) :] for p, kv in zip(distinct, stored, strict=True)]
-        buckets = length_buckets([len(n) for n in new]) if self._joinable() else [list(range(len(new)))]
-        shifts = [self._position_shift(p[: len(p) - len(n)]) for p, n in zip(distinct, new, strict=True)]
-        if len(buckets) == 1:
-            cache, hidden, mask = self._encode(stored, new, shifts)
-        else:  # encode each bucket, then join the rows' real columns into one left-padded cache
-            rows_of, last = [None] * len(new), [None] * len(new)
-            for bucket in buckets:
-                part_stored = [stored[u] for u in bucket]
-                for u in bucket:
-                    stored[u] = None  # the bucket's list is the last reference: assemble frees rows as it copies
-                part_new, part_shifts = [new[u] for u in bucket], [shifts[u] for u in bucket]
-                part, part_hidden, part_mask = self._encode(part_stored, part_new, part_shifts)
-                for a, (u, kv) in enumerate(zip(bucket, rows_kv(part, range(len(bucket)), part_mask), strict=True)):
-                    rows_of[u], last[u] = kv, part_hidden[a]
-            cache, mask = assemble(rows_of, self.model.config, self.device)
-            hidden = torch.stack(last)  # (U, H)
-        self.prefill_tokens["prompt"] += sum(len(p) for p in prompts)
-        self.prefill_tokens["encoded"] += sum(len(n) for n in new)
-        self.prefill_tokens["padded"] += sum(len(b) * max(len(new[u]) for u in b) for b in buckets)
-        full_shifts = [self._position_shift(p) for p in distinct]
-        next_pos = mask.sum(-1) + torch.tensor(full_shifts, device=self.device)  # (U,) real tokens = the next position
-        if len(distinct) < len(keys):
-            index = {p: u for u, p in enumerate(distinct)}
-            rows = torch.tensor([index[k] for k in keys], device=self.device)  # (B,) distinct prompt of each row
-            cache.batch_select_indices(rows)
-            hidden, mask, next_pos = hidden[rows], mask[rows], next_pos[rows]
-        return cache, hidden, mask, next_pos
-
-    def _encode(self, stored, new, shifts):
-        """Encode ``new[u]`` after the stored cache ``stored[u]`` (or from scratch): cache, last hidden (U, H) and
-        mask (U, S + N) over stored + new columns, left-padded. ``shifts[u]``: :meth:`_position_shift` of the stored
-        part of row u."""
-        cache, past = assemble(stored, self.model.config, self.device)  # U rows, past mask (U, S)
-        ids, new_mask, _ = self._left_pad([list(n) for n in new])  # (U, N)
-        mask = torch.cat([past, new_mask], dim=1)  # (U, S + N)
-        offsets = torch.tensor(shifts, device=self.device).unsqueeze(1)  # (U, 1)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0) + offsets  # (U, S + N)
-        hidden = self._backbone(ids, mask, positions[:, past.shape[1] :], cache)[:, -1]  # (U, H)
-        return cache, hidden, mask
+        """Encode the prompts: (cache of B rows, last hidden (B, H), mask (B, L), next positions (B,)); see
+        :func:`mirl.policy.hf_prefill.prefill`."""
+        return prefill(self, prompts)
 
     def _joinable(self) -> bool:
         """Whether this model's cache rows can be cut out and joined (plain growing layers only)."""
