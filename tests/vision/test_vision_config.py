@@ -40,7 +40,7 @@ def test_the_critic_sees_the_images_through_the_models_own_forward():
 
     policy = tiny_vl_policy()
     critic = Critic(copy.deepcopy(policy.model))
-    torch.nn.init.normal_(critic.head.weight)
+    torch.nn.init.normal_(critic.head.weight, generator=torch.Generator().manual_seed(0))  # not the global state
     out, ids, placed = processor_prompt(policy, [board((200, 10, 10))])
     _, _, other = processor_prompt(policy, [board((10, 10, 200))])
     rows = torch.tensor([ids, ids])
