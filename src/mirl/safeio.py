@@ -206,11 +206,12 @@ def read_json(path: str | os.PathLike, limit: int = MAX_JSON_BYTES) -> Any:
     text = read_bytes(path, limit).decode("utf-8", errors="replace")
     try:
         return parse_json(text)
-    except (json.JSONDecodeError, RecursionError, WideIntegerError) as error:
-        reason = error.msg if isinstance(error, json.JSONDecodeError) else str(error) or "nested too deeply"
-        if isinstance(error, RecursionError):
-            reason = "nested too deeply"
-        raise MalformedFileError(path, "JSON", reason) from None
+    except json.JSONDecodeError as error:
+        raise MalformedFileError(path, "JSON", error.msg) from None
+    except RecursionError:
+        raise MalformedFileError(path, "JSON", "nested too deeply") from None
+    except WideIntegerError as error:
+        raise MalformedFileError(path, "JSON", str(error)) from None
 
 
 def read_yaml(

@@ -21,7 +21,7 @@ from mirl.rollout import collate, run_episodes
 from mirl.trainer import stages, train
 from mirl.trainer.mismatch import behaviour_logprobs, measured_in_update
 from mirl.trainer.setup import build_learner, resolve_rollout_correction
-from mirl.trainer.update import UpdateInputs, update
+from mirl.trainer.update import UpdateInputs, mini_batches, update
 from mirl.types import EnvSpec
 
 ROLLOUT = RolloutConfig(max_turns=2, max_new_tokens=16, temperature=1.0)
@@ -77,9 +77,14 @@ def test_the_update_measures_what_a_separate_pass_would():
 
 def test_with_several_mini_batches_the_first_step_rows_are_measured():
     batch, explicit, metrics, _ = _update_measuring("bfloat16", mini_batch_size=2)
-    whole = float(mismatch_stats(explicit, batch.old_logprobs, batch.response_mask)["logp_diff_mean"])
-    # a sample of the batch: the same order of magnitude as the whole, not exactly it
-    assert 0.2 * whole < metrics["rollout/logp_diff_mean"] < 5 * whole
+    # the update draws its mini-batches from a generator seeded 0: the first one is these rows
+    rows = mini_batches(batch.num_rows, AlgorithmConfig(mini_batch_size=2), torch.Generator().manual_seed(0))[0]
+    assert len(rows) == 2 < batch.num_rows
+    expected = mismatch_stats(explicit[rows], batch.old_logprobs[rows], batch.response_mask[rows])
+    for name, value in expected.items():
+        assert metrics[f"rollout/{name}"] == pytest.approx(float(value), rel=1e-4, abs=1e-7)
+    whole = mismatch_stats(explicit, batch.old_logprobs, batch.response_mask)["logp_diff_mean"]
+    assert metrics["rollout/logp_diff_mean"] != pytest.approx(float(whole), rel=1e-4)  # those rows, not all
 
 
 def test_bfloat16_sampling_gives_a_real_mismatch_and_the_correction_reweights_it():

@@ -97,7 +97,9 @@ def rollout_file(path: str | Path) -> Path:
 def run_settings(rollouts: Path, args: argparse.Namespace) -> None:
     """Fill the pairs, scopes and reasoning rule the user left unset: from the ``config.yaml`` of the run the file
     belongs to (``RUN/rollouts/iteration_N.jsonl``), so a run is diagnosed as it was in training (said on stderr),
-    else the defaults (64 pairs, first_turn and trajectory, closed)."""
+    else the diagnostics' defaults."""
+    from mirl.config import DiagnosticsConfig
+
     config_file = rollouts.parent.parent / "config.yaml"
     run = None
     unset = args.pairs is None or args.scope is None or args.reasoning is None
@@ -109,18 +111,22 @@ def run_settings(rollouts: Path, args: argparse.Namespace) -> None:
             run = load_config(config_file, saved=True).diagnostics
         except (UserError, ValueError) as error:
             print(f"mirl diagnose: not using {config_file} ({error}); the defaults instead", file=sys.stderr)
+    if run is None:
+        defaults = DiagnosticsConfig()
+        args.pairs = defaults.num_pairs if args.pairs is None else args.pairs
+        args.reasoning = args.reasoning or defaults.reasoning
+        return
     taken = []
     if args.pairs is None:
-        args.pairs = run.num_pairs if run is not None else 64
-        taken += [f"{args.pairs} pairs"] if run is not None else []
-    if args.scope is None and run is not None:
+        args.pairs = run.num_pairs
+        taken.append(f"{args.pairs} pairs")
+    if args.scope is None:
         args.scope = [scope for scope in run.scopes if scope in SCOPE_CHOICES]
-        taken += ["scopes " + ", ".join(args.scope)]
+        taken.append("scopes " + ", ".join(args.scope))
     if args.reasoning is None:
-        args.reasoning = run.reasoning if run is not None else "closed"
-        taken += [f"reasoning {args.reasoning}"] if run is not None else []
-    if taken:
-        print(f"mirl diagnose: {', '.join(taken)} from {config_file}, as in training", file=sys.stderr)
+        args.reasoning = run.reasoning
+        taken.append(f"reasoning {args.reasoning}")
+    print(f"mirl diagnose: {', '.join(taken)} from {config_file}, as in training", file=sys.stderr)
 
 
 def run_diagnose(args: argparse.Namespace) -> int:

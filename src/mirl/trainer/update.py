@@ -255,9 +255,9 @@ def update(
     critic_params = [p for p in learner.critic.parameters() if p.requires_grad] if learner.critic is not None else []
     learner.policy.model.train()
     with gradient_buffer(actor_params + critic_params):
-        for _ in range(config.ppo_epochs):
-            for rows in mini_batches(inputs.batch.num_rows, config, generator):
-                first = first_rows is None
+        for epoch in range(config.ppo_epochs):
+            for step, rows in enumerate(mini_batches(inputs.batch.num_rows, config, generator)):
+                first = epoch == 0 and step == 0  # no optimiser step yet: the forward pass is pi_old
                 first_rows = rows if first else first_rows
                 accumulate_gradients(
                     learner, inputs, rows, preset, config.micro_batch_size, tally, record if first else None
