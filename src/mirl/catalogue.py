@@ -105,8 +105,9 @@ CATALOGUE: tuple[Metric, ...] = (
     ),
     Metric(
         "rollout/env_malformed_frac",
-        "episodes ended because the env sent a value the engine refused (end_reason malformed_*: a reward that is "
-        "not a finite number within +-1e6) / all",
+        "episodes ended because the env returned a value the engine refused (end_reason malformed_* or "
+        "oversized_*: a reward that is not a finite number within +-1e6, text that does not encode, images that do "
+        "not match their placeholders or pass the size limits; mirl.rollout.env_boundary) / all",
         "fraction",
     ),
     Metric("rollout/refill_rounds", "dynamic-sampling rounds used this iteration", "rounds"),

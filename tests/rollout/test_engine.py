@@ -219,7 +219,7 @@ def test_the_model_positions_cap_the_budget_with_a_warning(corridor, tok):
 
 
 def test_a_huge_observation_is_rejected_before_it_is_tokenized(corridor, tok, monkeypatch):
-    monkeypatch.setattr(corridor, "render", lambda self: "_" * 5_000_000)
+    monkeypatch.setattr(corridor, "render", lambda self: "_" * 500_000)
     lengths = []
     encode = type(tok).encode
 

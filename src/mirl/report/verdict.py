@@ -280,8 +280,10 @@ def infrastructure_warnings(metrics: Metrics) -> list[str]:
     if series is not None and float(series.values.max()) > 0:
         hit = int((series.values > 0).sum())
         out.append(
-            f"training episodes ended because the env sent a reward that is not a finite number within +-1e6 in {hit} "
-            f"of {len(series.values)} iterations (up to {float(series.values.max()):.0%}; end_reason malformed_reward)"
+            f"training episodes ended because the env sent a value the rollout refuses (a reward that is not a finite "
+            f"number within +-1e6, text that does not encode, images that do not match their placeholders or pass "
+            f"the size limits) in {hit} of {len(series.values)} iterations (up to {float(series.values.max()):.0%}; "
+            "end_reason malformed_* or oversized_* in the rollouts)"
         )
     return out
 

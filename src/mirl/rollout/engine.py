@@ -67,7 +67,7 @@ import numpy as np
 from mirl.config import RolloutConfig
 from mirl.envs import make
 from mirl.envs.base import StepRecord
-from mirl.envs.images import observation_images
+from mirl.rollout.env_boundary import Boundary
 from mirl.rollout.memory import CONTEXT_MODES, first_kept_turn, memory_text
 from mirl.rollout.parsing import THINK_OPEN, decode, parse_reply, reasoning_span
 from mirl.rollout.prompts import ChatFormat, encode, format_example, system_prompt, user_message
@@ -137,6 +137,7 @@ class _Live:
     observation: str
     images: list = field(default_factory=list)  # the current observation's images (info["images"])
     policy: object = None  # the policy whose processor prepares images (None: images are refused)
+    boundary: Boundary = field(default_factory=Boundary)  # checks what the env returns (shared by a rollout)
     user_texts: list[str] = field(default_factory=list)
     user_images: list[list] = field(default_factory=list)  # turn t -> the images of user message t
     first_ids: dict[int, Piece] = field(default_factory=dict)  # turn j -> first-prompt ids of user j
@@ -168,7 +169,10 @@ def run_episodes(
     tokenizer = policy.tokenizer
     fmt = ChatFormat.from_tokenizer(tokenizer)
     budget = context_budget(policy, tokenizer, config)
-    lives = [_start(spec, p, k, fmt, tokenizer, config) for p, spec in enumerate(specs) for k in range(group_size)]
+    boundary = Boundary()  # one per rollout: it counts the rollout's image pixels
+    lives = [
+        _start(spec, p, k, fmt, tokenizer, config, boundary) for p, spec in enumerate(specs) for k in range(group_size)
+    ]
     for live in lives:
         live.policy = policy  # user messages with images are encoded through the policy's processor
     reuse = getattr(policy, "prefix_cache", None) if config.context_mode == "full" else None
@@ -225,12 +229,20 @@ def _validate(specs, group_size: int, config: RolloutConfig, sampling_seed: int 
         raise ValueError(f"sampling_seed must be a non-negative int or None, got {sampling_seed}")
 
 
-def _start(spec: EnvSpec, group: int, sample: int, fmt: ChatFormat, tokenizer, config: RolloutConfig) -> _Live:
+def _start(
+    spec: EnvSpec, group: int, sample: int, fmt: ChatFormat, tokenizer, config: RolloutConfig, boundary=None
+) -> _Live:
+    """Make and reset the episode's env (checked at ``boundary``, a new one when None) and write its system prompt;
+    an episode whose reset or prompt settings were refused, or whose env ended it at reset, plays no turn."""
+    boundary = boundary if boundary is not None else Boundary()
     env = make(spec.env, **dict(spec.options))
-    observation, info = env.reset(seed=spec.seed)
-    images = observation_images(observation, info)
+    reset = boundary.reset(env, spec.seed)
+    refused = reset.problem or boundary.prompt_problem(env)
+    if refused is not None:
+        return _Live(env, spec, group, sample, 1, 0, 1, (), "", boundary=boundary, end_reason=refused)
     cap = 1 if env.action_words is None else min(config.max_actions_per_turn, env.max_actions_per_turn)
     system_ids = encode(tokenizer, fmt.system_text(system_prompt(env, cap)))
+    info = reset.info
     return _Live(
         env=env,
         spec=spec,
@@ -240,8 +252,9 @@ def _start(spec: EnvSpec, group: int, sample: int, fmt: ChatFormat, tokenizer, c
         budget=config.action_budget if config.action_budget is not None else env.default_action_budget,
         max_turns=config.max_turns if env.multi_turn else 1,
         system_ids=system_ids,
-        observation=observation,
-        images=images,
+        observation=reset.observation,
+        images=reset.images,
+        boundary=boundary,
         state_key=state_key_of(info),
         end_reason=info.get("end_reason"),  # set when the reset itself failed (a remote env): no turn is played
     )

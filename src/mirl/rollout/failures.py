@@ -28,7 +28,8 @@ HINTS = {
 }
 
 
-MALFORMED = "malformed_"  # end reasons of an env value the engine refused ("malformed_reward")
+MALFORMED = "malformed_"  # end reasons of an env value the engine refused (mirl.rollout.env_boundary)
+OVERSIZED = "oversized_"  # ... and of one above the engine's size limits ("oversized_images")
 MAX_ENV_REWARD = 1e6  # |reward| of one env step at most; a larger, non-finite or non-numeric one ends the episode
 
 
@@ -56,9 +57,9 @@ def reward_problem(reward: object) -> str | None:
 
 
 def malformed_share(end_reasons: Iterable[str | None]) -> float:
-    """Share of episodes ended because the env sent a value the engine refused (``malformed_*``)."""
+    """Share of episodes ended because the env sent a value the engine refused (``malformed_*``, ``oversized_*``)."""
     reasons = list(end_reasons)
-    return sum(bool(r) and str(r).startswith(MALFORMED) for r in reasons) / max(1, len(reasons))
+    return sum(bool(r) and str(r).startswith((MALFORMED, OVERSIZED)) for r in reasons) / max(1, len(reasons))
 
 
 class InfrastructureError(UserError):

@@ -1,7 +1,9 @@
 """Stepping an episode's env with the actions of one parsed reply (the rollout engine's env side).
 
 Works on the engine's per-episode state (``_Live`` in :mod:`mirl.rollout.engine`): its env, observation, images,
-state key, remaining action budget, success and end reason.
+state key, remaining action budget, success and end reason. Every step goes through the rollout's
+:class:`~mirl.rollout.env_boundary.Boundary`, which checks what the env returned; a refused value ends the episode
+with the boundary's reason.
 """
 
 from __future__ import annotations
@@ -9,8 +11,6 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from mirl.envs.base import StepRecord
-from mirl.envs.images import observation_images
-from mirl.rollout.failures import MALFORMED, reward_problem
 
 _STEP_THREADS = 64  # threads stepping envs with concurrent_steps (their own pools bound the real work)
 
@@ -38,22 +38,23 @@ def step_reply(live, parsed) -> tuple[str, float, int, bool]:
     for action, legal in zip(parsed.actions, parsed.legal, strict=True):
         if not legal or live.budget == 0 or live.end_reason is not None:
             continue
-        observation, reward, terminated, truncated, info = live.env.step(action)
-        if reward_problem(reward) is not None:  # NaN, inf, 10**400, "1": the episode ends, its return untouched
-            live.end_reason = f"{MALFORMED}reward"
+        result = live.boundary.step(live.env, action)
+        if result.problem is not None:  # a value the engine refuses: the episode ends, its return untouched
+            live.end_reason = result.problem
             break
-        env_reward += float(reward)
-        live.steps.append(StepRecord(action, float(reward), info))
-        live.observation, live.state_key = observation, state_key_of(info)
-        live.images = observation_images(observation, info)
-        live.success = bool(_info(info, "success", live.spec.env))
-        if _info(info, "action_valid", live.spec.env):
+        info = result.info
+        env_reward += result.reward
+        live.steps.append(StepRecord(action, result.reward, info))
+        live.observation, live.state_key = result.observation, state_key_of(info)
+        live.images = result.images
+        live.success = bool(info["success"])
+        if info["action_valid"]:
             executed += 1
             live.budget -= 1
         else:
             good = False
-        if terminated or truncated:  # an env may name its own reason (a remote env's failed call)
-            ended = "success" if live.success else ("terminated" if terminated else "truncated")
+        if result.terminated or result.truncated:  # an env may name its own reason (a remote env's failed call)
+            ended = "success" if live.success else ("terminated" if result.terminated else "truncated")
             live.end_reason = info.get("end_reason") or ended
     return shown, env_reward, executed, good
 
@@ -62,9 +63,3 @@ def state_key_of(info: dict) -> str | None:
     """The env's ``info["state_key"]`` as a string (str of a hashable key), or None when absent."""
     key = info.get("state_key")
     return None if key is None else str(key)
-
-
-def _info(info: dict, key: str, env_name: str):
-    if key not in info:
-        raise KeyError(f"env {env_name!r} returned an info dict without {key!r}; the TextEnv contract requires it")
-    return info[key]
