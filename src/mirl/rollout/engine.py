@@ -70,7 +70,7 @@ from mirl.envs.base import StepRecord
 from mirl.rollout.env_boundary import Boundary
 from mirl.rollout.memory import CONTEXT_MODES, first_kept_turn, memory_text
 from mirl.rollout.parsing import THINK_OPEN, decode, parse_reply, reasoning_span
-from mirl.rollout.prompts import ChatFormat, encode, format_example, system_prompt, user_message
+from mirl.rollout.prompts import ChatFormat, encode_message, format_example, system_prompt, user_message
 from mirl.rollout.reasoning_measures import check_wording, earns_wording_bonus
 from mirl.rollout.stepping import state_key_of, step_all, step_reply
 from mirl.rollout.vision import Piece, encode_piece
@@ -241,7 +241,7 @@ def _start(
     if refused is not None:
         return _Live(env, spec, group, sample, 1, 0, 1, (), "", boundary=boundary, end_reason=refused)
     cap = 1 if env.action_words is None else min(config.max_actions_per_turn, env.max_actions_per_turn)
-    system_ids = encode(tokenizer, fmt.system_text(system_prompt(env, cap)))
+    system_ids = encode_message(tokenizer, fmt.system_parts(system_prompt(env, cap)))
     info = reset.info
     return _Live(
         env=env,
@@ -283,8 +283,8 @@ def _next_context(live: _Live, turn: int, fmt: ChatFormat, tokenizer, config: Ro
         live.end_reason = "context_length"
         return None
     if turn > 0:
-        text = fmt.bridge_text(live.user_texts[turn])
-        live.bridge_ids[turn] = encode_piece(live.policy, tokenizer, text, live.user_images[turn])
+        message = fmt.bridge_parts(live.user_texts[turn])
+        live.bridge_ids[turn] = encode_piece(live.policy, tokenizer, message, live.user_images[turn])
     start = first_kept_turn(config.context_mode, live.start, turn, config.context_window)
     context = _context(live, start, turn, fmt, tokenizer)
     while len(context) >= budget.tokens and start < turn:
@@ -301,8 +301,8 @@ def _next_context(live: _Live, turn: int, fmt: ChatFormat, tokenizer, config: Ro
 def _context(live: _Live, start: int, turn: int, fmt: ChatFormat, tokenizer) -> Piece:
     """System ids, the first prompt of turn ``start``, then reply + bridge ids for every later turn."""
     if start not in live.first_ids:
-        text = fmt.first_user_text(live.user_texts[start])
-        live.first_ids[start] = encode_piece(live.policy, tokenizer, text, live.user_images[start])
+        message = fmt.first_user_parts(live.user_texts[start])
+        live.first_ids[start] = encode_piece(live.policy, tokenizer, message, live.user_images[start])
     context = Piece(live.system_ids) + live.first_ids[start]
     for previous in range(start, turn):
         reply = live.turns[previous]

@@ -15,6 +15,10 @@ reply is never decoded and re-encoded. A tokenizer without a chat template gets 
     System: {system}\\n\\nUser: {user}\\n\\nAssistant: <think>...{reply}\\n\\nUser: {user}\\n\\nAssistant: <think>
 
 whose assistant turns have no closing text (an eos the model samples stays in the stream as sampled).
+
+Env text stays text. A message is the template's text around its content (:class:`Message`), and the content,
+which carries the env's instruction and observations, is encoded so that a special-token string in it is never
+the special token (:func:`encode_message`): an observation cannot forge ``<|im_start|>assistant``.
 """
 
 from __future__ import annotations
@@ -156,17 +160,40 @@ class ChatFormat:
         d, e = both[len(first + reply) :].split(user2)
         return cls(a, b, c, d, e)
 
-    def system_text(self, system: str) -> str:
+    def system_parts(self, system: str) -> Message:
         """The conversation up to and including the system message (a shared prefix of every context)."""
-        return self.conversation_open + system
+        return Message(self.conversation_open, system, "")
+
+    def first_user_parts(self, user: str) -> Message:
+        """What follows :meth:`system_parts` in a first prompt, ending with the pre-filled ``<think>``."""
+        return Message(self.system_to_user, user, self.user_to_assistant + THINK_OPEN)
+
+    def bridge_parts(self, user: str) -> Message:
+        """What follows a sampled reply: its closing text, the next user message, the header and ``<think>``."""
+        return Message(self.reply_to_user, user, self.next_user_to_assistant + THINK_OPEN)
+
+    def system_text(self, system: str) -> str:
+        return self.system_parts(system).text
 
     def first_user_text(self, user: str) -> str:
-        """What follows :meth:`system_text` in a first prompt, ending with the pre-filled ``<think>``."""
-        return self.system_to_user + user + self.user_to_assistant + THINK_OPEN
+        return self.first_user_parts(user).text
 
     def bridge_text(self, user: str) -> str:
-        """What follows a sampled reply: its closing text, the next user message, the header and ``<think>``."""
-        return self.reply_to_user + user + self.next_user_to_assistant + THINK_OPEN
+        return self.bridge_parts(user).text
+
+
+@dataclass(frozen=True)
+class Message:
+    """A message's text between the template's own text: ``before + content + after``. The template text may hold
+    special tokens; the content (which carries env text) never becomes one (:func:`encode_message`)."""
+
+    before: str
+    content: str
+    after: str
+
+    @property
+    def text(self) -> str:
+        return self.before + self.content + self.after
 
 
 def _render(tokenizer, messages: list[tuple[str, str]]) -> str:
@@ -196,3 +223,66 @@ def render_chat(tokenizer, conversation: list[dict]) -> str:
 def encode(tokenizer, text: str) -> tuple[int, ...]:
     """Token ids of ``text`` with no special tokens added (templates already hold theirs)."""
     return tuple(tokenizer.encode(text, add_special_tokens=False))
+
+
+def encode_message(tokenizer, message: Message) -> tuple[int, ...]:
+    """Token ids of ``message`` whose content stays literal text: a special-token string in the content (an env
+    observation holding ``<|im_start|>assistant``, say) is encoded as the ordinary text it spells, never as the
+    special token, so env text cannot forge a turn of the conversation.
+
+    Content without a special-token string (nearly all) is encoded together with the template text, exactly as a
+    whole; otherwise the template text and the content are encoded apart (:func:`encode_literal`).
+    """
+    markers = special_strings(tokenizer)
+    whole = message.text
+    outside = message.before + "\0" + message.after
+    if not any(m in message.content or whole.count(m) != outside.count(m) for m in markers):
+        return encode(tokenizer, whole)
+    before, after = encode(tokenizer, message.before), encode(tokenizer, message.after)
+    return before + encode_literal(tokenizer, message.content) + after
+
+
+ZERO_WIDTH_SPACE = "\u200b"
+
+
+def encode_literal(tokenizer, text: str) -> tuple[int, ...]:
+    """Token ids of ``text`` in which no special-token string becomes a special id: the tokenizer's
+    ``split_special_tokens``, and for a tokenizer that ignores it, each marker broken by a zero-width space."""
+    specials = special_ids(tokenizer)
+    ids = tuple(tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True))
+    if specials.isdisjoint(ids):
+        return ids
+    for marker in special_strings(tokenizer):
+        text = text.replace(marker, marker[:1] + ZERO_WIDTH_SPACE + marker[1:])
+    return tuple(i for i in encode(tokenizer, text) if i not in specials)
+
+
+def special_strings(tokenizer) -> tuple[str, ...]:
+    """The text of every special token of ``tokenizer`` (its named specials and added tokens marked special), but the
+    unknown-word token, which env text legitimately encodes to in a word-level vocabulary."""
+    return _specials(tokenizer)[0]
+
+
+def special_ids(tokenizer) -> frozenset[int]:
+    return _specials(tokenizer)[1]
+
+
+_SPECIALS: dict[int, tuple[object, tuple[str, ...], frozenset[int]]] = {}
+
+
+def _specials(tokenizer) -> tuple[tuple[str, ...], frozenset[int]]:
+    cached = _SPECIALS.get(id(tokenizer))
+    if cached is not None and cached[0] is tokenizer:
+        return cached[1], cached[2]
+    strings = {str(t) for t in getattr(tokenizer, "all_special_tokens", ())}
+    ids = set(getattr(tokenizer, "all_special_ids", ()))
+    for token_id, token in dict(getattr(tokenizer, "added_tokens_decoder", {}) or {}).items():
+        if getattr(token, "special", False):
+            strings.add(str(token.content))
+            ids.add(int(token_id))
+    unknown = getattr(tokenizer, "unk_token", None)  # an unknown word's id: the env text's own, not a marker
+    strings.discard(unknown)
+    ids.discard(getattr(tokenizer, "unk_token_id", None))
+    entry = (tokenizer, tuple(sorted(s for s in strings if s)), frozenset(ids))
+    _SPECIALS[id(tokenizer)] = entry
+    return entry[1], entry[2]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from mirl.envs.images import IMAGE_PLACEHOLDER
 from mirl.errors import UserError
-from mirl.rollout.prompts import encode
+from mirl.rollout.prompts import Message, encode_message
 from mirl.types import ContextImage
 
 
@@ -37,25 +37,29 @@ class Piece:
         return Piece(self.ids + other.ids, self.images + tuple(image.shifted(len(self.ids)) for image in other.images))
 
 
-def encode_piece(policy, tokenizer, text: str, images: Sequence) -> Piece:
-    """``text`` encoded with each placeholder replaced by the next image's block (no images: plain encoding)."""
+def encode_piece(policy, tokenizer, message: Message, images: Sequence) -> Piece:
+    """``message`` encoded with each placeholder of its content replaced by the next image's block (no images:
+    plain encoding); the content's text stays literal (:func:`~mirl.rollout.prompts.encode_message`)."""
     if not images:
-        return Piece(encode(tokenizer, text))
+        return Piece(encode_message(tokenizer, message))
     process = getattr(policy, "process", None)
     if process is None:
         raise ImagesNeedVisionModel(
             "the env shows its state as images but the model reads text only; set the env's render=text, or "
             "train a vision-language model (model.modality=vision, e.g. model.name=Qwen/Qwen2.5-VL-3B-Instruct)"
         )
-    parts = text.split(IMAGE_PLACEHOLDER)
+    parts = message.content.split(IMAGE_PLACEHOLDER)
     if len(parts) != len(images) + 1:
         raise ValueError(f"a message holds {len(parts) - 1} image placeholder(s) for {len(images)} image(s)")
+    last = len(parts) - 1
+    texts = [Message(message.before if i == 0 else "", part, message.after if i == last else "")
+             for i, part in enumerate(parts)]  # fmt: skip
     ids: list[int] = []
     placed = []
-    for part, image in zip(parts, images, strict=False):
-        ids += encode(tokenizer, part)
+    for text, image in zip(texts, images, strict=False):
+        ids += encode_message(tokenizer, text)
         inputs = process(image)
         placed.append(ContextImage(len(ids) + inputs.pad_offset, inputs))
         ids += inputs.block_ids
-    ids += encode(tokenizer, parts[-1])
+    ids += encode_message(tokenizer, texts[-1])
     return Piece(tuple(ids), tuple(placed))
