@@ -19,6 +19,7 @@ from mirl.policy.scripted import ScriptedPolicy
 
 FREE_FORM = ("42", "I will not use the format", "```python\nprint(sum(map(int, input().split())))\n```", "search[x]")
 PLACEMENTS = ("1 2 1", "2 1 2", "2 3 3", "3 2 4", "4 4 1", "1 3 2")  # Sudoku placements, some on blank cells
+EXTRA = {"sudoku": PLACEMENTS, "keysum": tuple("0123456789")}  # free-form answers an env accepts (keysum: a digit)
 
 
 def policy_for(tokenizer, env: str, seed: int, options: dict | None = None) -> ScriptedPolicy:
@@ -26,7 +27,7 @@ def policy_for(tokenizer, env: str, seed: int, options: dict | None = None) -> S
     equal contexts get equal replies, so two runs agree exactly as long as everything they were shown agrees."""
     local = make(env, **(options or {}))
     local.reset(seed=seed)
-    choices = list(local.action_words or ()) + list(FREE_FORM) + (list(PLACEMENTS) if env == "sudoku" else [])
+    choices = list(local.action_words or ()) + list(FREE_FORM) + list(EXTRA.get(env, ()))
     local.close()
 
     def script(context: str) -> str:

@@ -18,6 +18,8 @@ from typing import Any
 IMAGE_PLACEHOLDER = "<image>"
 MAX_IMAGE_SIDE = 2048  # pixels; larger images from an env are refused
 MAX_PNG_BYTES = 8 << 20  # bytes of one encoded image read back from a file or a server
+MAX_MESSAGE_IMAGES = 16  # images of one observation
+MAX_MESSAGE_PIXELS = 1 << 22  # pixels of one observation's images together (one 2048 x 2048 image, 12 MB as RGB)
 
 
 def observation_images(observation: str, info: dict[str, Any]) -> list:
@@ -71,16 +73,33 @@ def image_id(image) -> str:
     return digest.hexdigest()[:16]
 
 
+def png_size(data: bytes) -> tuple[int, int]:
+    """``(width, height)`` from a PNG's header, read without decoding anything; ``ValueError`` when ``data`` is
+    no PNG.
+
+    >>> png_size(png_bytes(__import__("PIL.Image").Image.new("RGB", (3, 2))))
+    (3, 2)
+    """
+    if len(data) < 24 or data[:8] != b"\x89PNG\r\n\x1a\n" or data[12:16] != b"IHDR":
+        raise ValueError("expected a PNG image (its signature and header are missing)")
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
 def image_from_png(data: bytes):
-    """Decode PNG bytes read from a file or a server, refusing oversized input before and after decoding."""
+    """Decode PNG bytes read from a file or a server; the byte count and the header's size are checked before
+    anything is decoded (a header claiming 2^30 pixels never reaches the decoder)."""
     from PIL import Image
 
     if len(data) > MAX_PNG_BYTES:
         raise ValueError(f"image of {len(data)} bytes is above the {MAX_PNG_BYTES}-byte limit")
-    with Image.open(io.BytesIO(data)) as probe:
-        if probe.format != "PNG":
-            raise ValueError(f"expected a PNG image, got {probe.format}")
-        if max(probe.size) > MAX_IMAGE_SIDE:
-            raise ValueError(f"image is {probe.size[0]}x{probe.size[1]}, above {MAX_IMAGE_SIDE} pixels a side")
-        image = probe.convert("RGB")
+    width, height = png_size(data)
+    if max(width, height) > MAX_IMAGE_SIDE:
+        raise ValueError(f"image is {width}x{height}, above {MAX_IMAGE_SIDE} pixels a side")
+    try:
+        with Image.open(io.BytesIO(data), formats=["PNG"]) as probe:
+            if probe.size != (width, height):
+                raise ValueError(f"a PNG whose header says {width}x{height} decodes as {probe.size}")
+            image = probe.convert("RGB")
+    except Image.DecompressionBombError as error:  # pragma: no cover - the side check above comes first
+        raise ValueError(str(error)) from None
     return image

@@ -16,7 +16,8 @@ counted by ``rollout/env_malformed_frac`` and shown in the report; nothing an en
 - ``malformed_images``: images that are not RGB ``PIL.Image.Image`` objects, or a number of images that differs
   from the observation's placeholders (:mod:`mirl.envs.images`);
 - ``oversized_images``: an image above :data:`~mirl.envs.images.MAX_IMAGE_SIDE` a side, an observation with more
-  than :data:`MAX_MESSAGE_IMAGES` images or :data:`MAX_MESSAGE_PIXELS` pixels, or a rollout whose observations
+  than :data:`~mirl.envs.images.MAX_MESSAGE_IMAGES` images or :data:`~mirl.envs.images.MAX_MESSAGE_PIXELS`
+  pixels, or a rollout whose observations
   together pass :data:`MAX_ROLLOUT_PIXELS` pixels (what one rollout keeps in memory);
 - ``malformed_prompt``: prompt settings the system prompt cannot be written from (an empty action-word list, an
   action word that is empty or not a string, an instruction or legend that is not encodable text); the episode
@@ -35,12 +36,10 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from mirl.envs.images import IMAGE_PLACEHOLDER, MAX_IMAGE_SIDE
+from mirl.envs.images import IMAGE_PLACEHOLDER, MAX_IMAGE_SIDE, MAX_MESSAGE_IMAGES, MAX_MESSAGE_PIXELS
 from mirl.rollout.failures import reward_problem
 
 MAX_OBSERVATION_CHARS = 1 << 20  # one observation's text
-MAX_MESSAGE_IMAGES = 16  # images of one observation
-MAX_MESSAGE_PIXELS = 1 << 24  # pixels of one observation's images together (four 2048 x 2048 images)
 MAX_ROLLOUT_PIXELS = 1 << 28  # pixels of every observation of one rollout together (about 0.8 GB as RGB)
 MAX_END_REASON_CHARS = 64
 MAX_STATE_KEY_CHARS = 4096

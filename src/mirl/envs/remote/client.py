@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import threading
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-MAX_SESSIONS_PER_SERVER = 256
+from mirl.safeio import WideIntegerError, parse_json
+
+MAX_SESSIONS_PER_SERVER = 256  # as many as ``mirl serve-env`` holds by default (ServeSettings.max_sessions)
 
 
 class RemoteError(Exception):
@@ -123,17 +126,21 @@ class Session:
         return _reply_data(raw)
 
     async def _open(self) -> None:
-        from websockets.asyncio.client import connect
         from websockets.exceptions import InvalidStatus, WebSocketException
 
         slot = pool().slots(self.url)
+        if slot.locked():  # every slot is held by an episode still playing: waiting would only burn the deadline
+            raise RemoteError("capacity", f"{MAX_SESSIONS_PER_SERVER} sessions to {self.url} are open already")
         await slot.acquire()
         self._slot = slot
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
         try:
-            self._ws = await connect(
+            self._ws = await _same_origin_connect()(
                 self.url, additional_headers=headers, max_size=self.max_bytes, open_timeout=None, proxy=None
             )
+        except CrossOriginRedirect as error:
+            self._release()
+            raise RemoteError("refused", str(error)) from None
         except InvalidStatus as error:
             self._release()
             reason = "unauthorized" if error.response.status_code in (401, 403) else "refused"
@@ -158,14 +165,39 @@ class Session:
             self._slot = None
 
 
+class CrossOriginRedirect(Exception):
+    """The server redirected the session to another scheme, host or port."""
+
+
+@functools.cache
+def _same_origin_connect():
+    """websockets' ``connect``, following a redirect only within the URL's origin (it follows cross-origin ones,
+    dropping the token, which still sends the session's traffic wherever the server says)."""
+    from websockets.asyncio.client import connect
+    from websockets.uri import parse_uri
+
+    class SameOrigin(connect):
+        def process_redirect(self, exc: Exception) -> Exception | str:
+            target = super().process_redirect(exc)
+            if isinstance(target, str):
+                old, new = self.ws_uri, parse_uri(target)
+                if (old.secure, old.host, old.port) != (new.secure, new.host, new.port):
+                    return CrossOriginRedirect(f"{self.uri} redirected to another origin, {target}; not followed")
+            return target
+
+    return SameOrigin
+
+
 def _reply_data(raw) -> dict[str, Any]:
     """The ``data`` of an OpenEnv reply; :class:`RemoteError` for an error reply or anything malformed."""
     if not isinstance(raw, str):
         raise RemoteError("malformed", "a binary message where OpenEnv sends JSON text")
     try:
-        reply = json.loads(raw)
+        reply = parse_json(raw)
     except (json.JSONDecodeError, RecursionError):
         raise RemoteError("malformed", "a reply that is not JSON") from None
+    except WideIntegerError as error:  # a 5,000-digit reward would otherwise stop Python's parser with a ValueError
+        raise RemoteError("malformed", f"a reply holding {error}") from None
     if not isinstance(reply, dict) or not isinstance(reply.get("data"), dict):
         raise RemoteError("malformed", "a reply without a 'data' object")
     if reply.get("type") == "error":

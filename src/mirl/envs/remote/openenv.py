@@ -145,16 +145,19 @@ class OpenEnvEnv(TextEnv):
 
     def _info(self, fields: dict[str, Any], *, done: bool, reward: float) -> dict[str, Any]:
         from mirl.envs.remote.client import RemoteError
-        from mirl.envs.remote.wire import decode_images
+        from mirl.envs.remote.wire import OversizedImages, decode_images
 
         served = fields.get("info")
         info = dict(served) if isinstance(served, dict) else {}
         info.setdefault("success", done and reward > 0)
         info.setdefault("action_valid", True)
         info.setdefault("action_effective", True)
+        info.pop("images", None)  # images travel in their own field, as PNG, never inside the info
         if "images" in fields:
             try:
                 info["images"] = decode_images(fields["images"])
+            except OversizedImages as error:
+                raise RemoteError("oversized", str(error)) from None
             except ValueError as error:
                 raise RemoteError("malformed", str(error)) from None
         return info

@@ -37,7 +37,7 @@ INSTALL_HINT = "serving an env needs openenv-core: pip install 'mirl[serve]'"
 class ServeSettings:
     """Limits of one server (each becomes a ``mirl serve-env`` flag)."""
 
-    max_sessions: int = 64  # concurrent WebSocket sessions (env instances) at most
+    max_sessions: int = 256  # concurrent sessions (env instances): a default rollout's 128 episodes, as the client
     step_timeout_s: float = 60.0  # deadline of one reset or step
     idle_timeout_s: float = 300.0  # a session with no message for this long is closed
     header_timeout_s: float = 10.0  # a connection must send its first request's headers within this

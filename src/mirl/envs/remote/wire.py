@@ -98,21 +98,36 @@ def encode_images(images: list) -> list[str]:
     return [base64.b64encode(png_bytes(image)).decode("ascii") for image in images]
 
 
+class OversizedImages(ValueError):
+    """A message's images pass the per-message count or pixel limits."""
+
+
 def decode_images(encoded: Any) -> list:
-    """RGB images from a list of base64 PNG strings; ``ValueError`` for anything else or an oversized image."""
-    from mirl.envs.images import MAX_PNG_BYTES, image_from_png
+    """RGB images from a list of base64 PNG strings; ``ValueError`` for anything else, :class:`OversizedImages`
+    when the message holds more than :data:`~mirl.envs.images.MAX_MESSAGE_IMAGES` images or its headers claim
+    more than :data:`~mirl.envs.images.MAX_MESSAGE_PIXELS` pixels in all (checked before any image is decoded:
+    5,000 tiny PNGs of 2048 x 2048 1-bit pixels fit in 4 MiB and decode to 66 GB)."""
+    from mirl.envs.images import MAX_MESSAGE_IMAGES, MAX_MESSAGE_PIXELS, MAX_PNG_BYTES, image_from_png, png_size
 
     if not isinstance(encoded, list) or not all(isinstance(item, str) for item in encoded):
         raise ValueError("'images' must be a list of base64 PNG strings")
-    images = []
+    if len(encoded) > MAX_MESSAGE_IMAGES:
+        raise OversizedImages(f"{len(encoded)} images, above {MAX_MESSAGE_IMAGES} per message")
+    raw = []
     for item in encoded:
         if len(item) > MAX_PNG_BYTES * 4 // 3 + 4:
-            raise ValueError(f"an image is above the {MAX_PNG_BYTES}-byte limit")
+            raise OversizedImages(f"an image is above the {MAX_PNG_BYTES}-byte limit")
         try:
-            images.append(image_from_png(base64.b64decode(item, validate=True)))
-        except (binascii.Error, OSError) as error:
+            raw.append(base64.b64decode(item, validate=True))
+        except binascii.Error as error:
             raise ValueError(f"an image is not base64 PNG: {error}") from None
-    return images
+    pixels = sum(width * height for width, height in map(png_size, raw))
+    if pixels > MAX_MESSAGE_PIXELS:
+        raise OversizedImages(f"the images' headers claim {pixels} pixels, above {MAX_MESSAGE_PIXELS} per message")
+    try:
+        return [image_from_png(data) for data in raw]
+    except OSError as error:
+        raise ValueError(f"an image is not a readable PNG: {error}") from None
 
 
 def agent_facts(env) -> dict[str, Any]:
