@@ -62,7 +62,7 @@ REASONS = {
     "other_pixels": "holds other pixels than its name says",
     "jpeg": "expected a PNG",
     "huge_side": "pixels a side",
-    "garbage": "cannot identify image file",
+    "garbage": "expected a PNG image",
 }
 
 
