@@ -73,12 +73,26 @@ def skip_without_server() -> None:
 
 
 @contextlib.contextmanager
-def served(*args: str, env: dict | None = None, timeout: float = 180.0) -> Iterator[tuple[str, subprocess.Popen]]:
-    """``mirl serve-env ARGS --port 0`` as a process; yields (its URL, the process) once it listens."""
+def served(
+    *args: str, env: dict | None = None, timeout: float = 180.0, open_files: int | None = None
+) -> Iterator[tuple[str, subprocess.Popen]]:
+    """``mirl serve-env ARGS --port 0`` as a process; yields (its URL, the process) once it listens.
+    ``open_files``: the soft limit on open files the process starts with."""
     command = [server_python(), "-m", "mirl.cli", "serve-env", *args, "--port", "0"]
     errors = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115  (closed in the finally below)
+
+    def limit() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
     process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=errors, text=True, env={**os.environ, **(env or {})}
+        command,
+        stdout=subprocess.PIPE,
+        stderr=errors,
+        text=True,
+        env={**os.environ, **(env or {})},
+        preexec_fn=limit if open_files is not None else None,  # noqa: PLW1509 (only setrlimit, before exec)
     )
     try:
         line = _first_line(process, timeout)

@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).parent
+ROOT = HERE.parents[1]  # the checkout
 TRAINER = HERE / "sandbox_trainer.py"
 USER = "mirl-probe"
 LIBC = ctypes.CDLL(None, use_errno=True)
@@ -66,22 +67,34 @@ class _SocketServer:
 
 
 def _expose_interpreter() -> None:
-    """In this (child's) private mount namespace, make the interpreter's tree reachable for another uid.
+    """In this (child's) private mount namespace, make what the other uid must run reachable: the interpreter's
+    prefix, the virtual environment and this checkout.
 
-    On machines whose Python lives under a 0700 directory (``/root/.pyenv``), an empty tmpfs goes over that
-    directory and the interpreter's prefix is bound back in; elsewhere nothing changes.
+    Each may lie under a directory only root may enter (Python under ``/root/.pyenv``; a checkout cloned into
+    ``mktemp -d``, venv included): an empty tmpfs goes over the outermost such directory, and the needed trees are
+    bound back in, so the uid sees them and nothing else that was there. Elsewhere nothing changes.
     """
-    prefix = os.path.realpath(sys.base_prefix)
-    parts = prefix.strip("/").split("/")
-    closed = next((p for d in range(1, len(parts)) if not os.stat(p := "/" + "/".join(parts[:d])).st_mode & 1), None)
-    if closed is None:
-        return
-    fd = os.open(prefix, os.O_PATH)
-    if LIBC.mount(b"tmpfs", closed.encode(), b"tmpfs", 0, b"mode=0755") != 0:
-        raise OSError(ctypes.get_errno(), "mount tmpfs")
-    os.makedirs(prefix)
-    if LIBC.mount(f"/proc/self/fd/{fd}".encode(), prefix.encode(), None, 0x1000 | 0x4000, None) != 0:
-        raise OSError(ctypes.get_errno(), "bind the interpreter")
+    needed = sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, ROOT)})
+    needed = [p for p in needed if not any(p != q and p.startswith(q + "/") for q in needed)]  # outermost only
+    covers: dict[str, list[str]] = {}
+    for path in needed:
+        closed = _closed_ancestor(path)
+        if closed is not None:
+            covers.setdefault(closed, []).append(path)
+    handles = {path: os.open(path, os.O_PATH) for paths in covers.values() for path in paths}  # before covering
+    for closed, paths in covers.items():
+        if LIBC.mount(b"tmpfs", closed.encode(), b"tmpfs", 0, b"mode=0755") != 0:
+            raise OSError(ctypes.get_errno(), f"mount tmpfs over {closed}")
+        for path in paths:
+            os.makedirs(path, exist_ok=True)
+            if LIBC.mount(f"/proc/self/fd/{handles[path]}".encode(), path.encode(), None, 0x1000 | 0x4000, None) != 0:
+                raise OSError(ctypes.get_errno(), f"bind {path}")
+
+
+def _closed_ancestor(path: str) -> str | None:
+    """The outermost directory above ``path`` that others may not enter, or None."""
+    parts = path.strip("/").split("/")
+    return next((p for d in range(1, len(parts)) if not os.stat(p := "/" + "/".join(parts[:d])).st_mode & 1), None)
 
 
 def _become(uid: int, gid: int):

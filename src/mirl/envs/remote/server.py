@@ -28,9 +28,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from mirl.envs.remote import wire
-from mirl.envs.remote.guard import Guard, first_request_deadline_protocol
+from mirl.envs.remote.guard import (
+    Capacity,
+    Guard,
+    bounded_websocket_protocol,
+    raise_file_limit,
+    request_deadline_protocol,
+)
 
 INSTALL_HINT = "serving an env needs openenv-core: pip install 'mirl[serve]'"
+FILES_RESERVED = 256  # descriptors kept free of connections: envs, sandboxes, logs and /health itself
+UNREAD_SLACK_BYTES = 1 << 20  # a WebSocket may leave one reply and this much more unread before it is dropped
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,11 @@ class ServeSettings:
                 raise ValueError(f"{name} must be a positive number of seconds, got {getattr(self, name)!r}")
         if not 1024 <= self.max_message_bytes <= 1 << 30:
             raise ValueError(f"max_message_bytes must be in 1024..2**30, got {self.max_message_bytes!r}")
+
+
+class BadRequest(ValueError):
+    """A client's reset or step that cannot be served as sent (answered with 422 over HTTP, an error message over
+    the WebSocket)."""
 
 
 _open_envs = 0  # mirl env instances built and not yet closed, in this process
@@ -88,16 +101,24 @@ def _served_env_class():
 
         async def reset_async(self, seed=None, episode_id=None, options=None, **extra):
             if extra:
-                raise ValueError(f"unknown reset fields {sorted(extra)}; send seed and options")
+                raise BadRequest(f"unknown reset fields {sorted(extra)}; send seed and options")
             if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-                raise ValueError(f"seed must be a non-negative int or null, got {seed!r}")
+                raise BadRequest(f"seed must be a non-negative int or null, got {seed!r}")
             if options is not None and not isinstance(options, dict):
-                raise ValueError(f"options must be an object or null, got {type(options).__name__}")
+                raise BadRequest(f"options must be an object or null, got {type(options).__name__}")
+            if options:
+                raise BadRequest(
+                    f"a served mirl env takes no reset options, got {sorted(options)}; pass settings when serving "
+                    f"(mirl serve-env {self._name} key=value)"
+                )
             return await self._call(functools.partial(self._reset, seed, options))
 
         async def step_async(self, action, timeout_s=None, **extra):
             if self._env is None:
-                raise ValueError("step before reset; send a reset message first")
+                raise BadRequest(
+                    "step before reset: a stateless /step has no episode to step; open a session at /ws, reset, "
+                    "then step"
+                )
             return await self._call(functools.partial(self._step, action.action))
 
         def reset(self, seed=None, episode_id=None, **extra):  # OpenEnv's abstract sync API; the async one is used
@@ -196,6 +217,12 @@ def build_app(name: str, options: Mapping[str, Any], settings: ServeSettings):
     app = FastAPI(title=f"mirl env {name} (OpenEnv)", docs_url=None, redoc_url=None)
     server.register_routes(app)
 
+    @app.exception_handler(BadRequest)
+    async def bad_request(request, error: BadRequest):
+        from fastapi.responses import JSONResponse
+
+        return JSONResponse({"detail": str(error)}, status_code=422)
+
     @app.get("/capacity")
     def capacity() -> dict[str, int]:
         return {
@@ -204,7 +231,14 @@ def build_app(name: str, options: Mapping[str, Any], settings: ServeSettings):
             "open_envs": open_envs(),
         }
 
-    return Guard(app, max_bytes=settings.max_message_bytes, idle_s=settings.idle_timeout_s, token=settings.token)
+    return Guard(
+        app,
+        max_bytes=settings.max_message_bytes,
+        idle_s=settings.idle_timeout_s,
+        body_s=settings.header_timeout_s,
+        token=settings.token,
+        capacity=Capacity(settings.max_sessions, lambda: server.active_sessions, open_envs),
+    )
 
 
 def uvicorn_server(app, sock: socket.socket, settings: ServeSettings):
@@ -212,11 +246,13 @@ def uvicorn_server(app, sock: socket.socket, settings: ServeSettings):
     import uvicorn
 
     host, port = sock.getsockname()[:2]
+    files = raise_file_limit()
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
-        http=first_request_deadline_protocol(settings.header_timeout_s),
+        http=request_deadline_protocol(settings.header_timeout_s, max_connections=max(16, files - FILES_RESERVED)),
+        ws=bounded_websocket_protocol(settings.max_message_bytes + UNREAD_SLACK_BYTES),
         ws_max_size=settings.max_message_bytes,
         h11_max_incomplete_event_size=64 << 10,
         log_level="warning",
