@@ -227,6 +227,11 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("val/pass@{k}", "instances with at least one success among k samples", "fraction"),
     Metric("val/action_valid_frac", "validation turns whose actions were all legal", "fraction"),
     Metric("val/infra_failed_frac", "validation episodes ended by an env infrastructure failure / all", "fraction"),
+    Metric(
+        "val/env_malformed_frac",
+        "validation episodes ended because the env returned a value the engine refused (malformed_*, oversized_*)",
+        "fraction",
+    ),
     Metric("val/success/{env}", "validation success of one env", "fraction"),
     Metric("val/return/{env}", "validation return of one env"),
     Metric("val/pass@{k}/{env}", "pass@k of one env", "fraction"),

@@ -203,3 +203,13 @@ def test_a_vision_rollout_past_its_pixel_budget_ends_episodes_and_keeps_the_rest
     # six boards at reset, room for four: the last two episodes end before their first turn, the others play
     assert reasons[4:] == ["oversized_images"] * 2 and "oversized_images" not in reasons[:4]
     assert [e.num_turns > 0 for e in episodes] == [True] * 4 + [False] * 2
+
+
+def test_validation_counts_refused_values_too(run_config):
+    from mirl.trainer.validation import validate
+
+    OneHostileStep.steps = 0  # the next step taken in this process gets 10**400
+    config = run_config("v", "envs=[{name: one_hostile_step}]", "validation.num_instances=4")
+    policy = ScriptedPolicy(tiny_tokenizer(), lambda context: " ok</think><answer>Left</answer>")
+    metrics = validate(policy, config)
+    assert metrics["val/env_malformed_frac"] == pytest.approx(1 / 4)

@@ -142,6 +142,13 @@ async def _answer(websocket, reset: str, step: str) -> None:
 def answering(reset: str, step: str) -> Iterator[str]:
     """A WebSocket server on a free loopback port answering every reset with ``reset`` and every step with
     ``step``."""
+    with answering_with(lambda ws: _answer(ws, reset, step)) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def answering_with(handler) -> Iterator[str]:
+    """A WebSocket server on a free loopback port whose connections ``handler(websocket)`` serves."""
     from websockets.asyncio.server import serve
 
     loop, ready, address = asyncio.new_event_loop(), threading.Event(), []
@@ -149,7 +156,7 @@ def answering(reset: str, step: str) -> Iterator[str]:
 
     async def main():
         stop.append(asyncio.Event())
-        async with serve(lambda ws: _answer(ws, reset, step), "127.0.0.1", 0, max_size=None) as server:
+        async with serve(handler, "127.0.0.1", 0, max_size=None) as server:
             address.append(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
             ready.set()
             await stop[0].wait()
@@ -252,3 +259,34 @@ def test_the_clients_slots_and_the_servers_default_cap_hold_a_default_rollout():
 
     default_rollout = RolloutConfig().group_size * RolloutConfig().prompts_per_iteration  # 8 x 16 = 128 episodes
     assert ServeSettings().max_sessions == MAX_SESSIONS_PER_SERVER >= default_rollout
+
+
+def test_a_training_run_whose_remote_env_sends_one_hostile_reply_finishes(tmp_path, model_dir, cli_args, capsys):
+    from mirl.cli import main
+
+    from ..trainer.conftest import WORDS
+
+    agent = {"instruction": "Pick one direction.", "action_words": list(WORDS), "multi_turn": False}
+    good = _reply("Done.", reward=1.0, done=True, info={"success": True, "action_valid": True})
+    steps = []
+
+    async def one_hostile(websocket):
+        async for raw in websocket:
+            kind = json.loads(raw)["type"]
+            if kind == "close":
+                return
+            if kind == "reset":
+                await websocket.send(_reply("Which way?", agent=agent))
+                continue
+            steps.append(1)
+            await websocket.send(_reply("Done.", reward=1e308, done=True) if len(steps) == 1 else good)
+
+    with answering_with(one_hostile) as url:
+        args = cli_args(model_dir, tmp_path, "remote", f"envs=[{{name: openenv, options: {{url: '{url}'}}}}]")
+        assert main(["train", "--defaults", *args, "trainer.iterations=1"]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    run = tmp_path / "remote"
+    rows = [json.loads(r) for r in (run / "rollouts" / "iteration_000001.jsonl").read_text().splitlines()]
+    assert [r["end_reason"] for r in rows].count("malformed_reward") == 1
+    line = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
+    assert line["rollout/env_malformed_frac"] == pytest.approx(1 / len(rows))

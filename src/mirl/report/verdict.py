@@ -276,11 +276,13 @@ def infrastructure_warnings(metrics: Metrics) -> list[str]:
                 f"(up to {float(series.values.max()):.0%}; end_reason remote_* in the rollouts): their return is "
                 "not the model's"
             )
-    series = metrics.get("rollout/env_malformed_frac")
-    if series is not None and float(series.values.max()) > 0:
+    for key, what in (("rollout/env_malformed_frac", "training"), ("val/env_malformed_frac", "validation")):
+        series = metrics.get(key)
+        if series is None or float(series.values.max()) <= 0:
+            continue
         hit = int((series.values > 0).sum())
         out.append(
-            f"training episodes ended because the env sent a value the rollout refuses (a reward that is not a finite "
+            f"{what} episodes ended because the env sent a value the rollout refuses (a reward that is not a finite "
             f"number within +-1e6, text that does not encode, images that do not match their placeholders or pass "
             f"the size limits) in {hit} of {len(series.values)} iterations (up to {float(series.values.max()):.0%}; "
             "end_reason malformed_* or oversized_* in the rollouts)"

@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Callable
 
 from mirl.config import Config
-from mirl.rollout.failures import infrastructure_share
+from mirl.rollout.failures import infrastructure_share, malformed_share
 from mirl.trainer.episode_progress import EpisodeTurns, play_counted
 from mirl.trainer.specs import validation_specs
 from mirl.types import Episode
@@ -27,7 +27,8 @@ def validate(policy, config: Config, progress: Callable[[int, int], None] | None
     counter = EpisodeTurns(progress, len(specs) * K, rollout.max_turns)
     episodes = play_counted(policy, specs, K, rollout, VALIDATION_SAMPLING_SEED, counter, "validation")
     metrics = _summary(episodes, K, "") | {
-        "val/infra_failed_frac": infrastructure_share(e.end_reason for e in episodes)
+        "val/infra_failed_frac": infrastructure_share(e.end_reason for e in episodes),
+        "val/env_malformed_frac": malformed_share(e.end_reason for e in episodes),
     }
     for env in sorted({spec.env for spec in specs}):
         metrics |= _summary([e for e in episodes if e.spec.env == env], K, f"/{env}")
