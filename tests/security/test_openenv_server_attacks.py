@@ -132,6 +132,7 @@ def test_held_bodies_are_bounded_in_memory_and_time(server):
         sock.close()
     time.sleep(1.0)
     after = rss_mb(process.pid)
+    print(f"held bodies: RSS {start:.0f} MB at start, {peak:.0f} MB held, {after:.0f} MB after; {answered} refused")
     assert peak - start < 64 + 40, (start, peak)  # 100 x 3.9 MB held before: RSS 211 -> 562 MB
     assert after - start < 50, (start, after)
     assert answered >= 90
@@ -147,7 +148,7 @@ def test_more_sockets_than_the_default_descriptor_limit():
     with served("frozenlake", *LIMITS, open_files=1024) as (url, process):
         sockets = [socket.create_connection(("127.0.0.1", port_of(url)), timeout=10) for _ in range(1100)]
         try:
-            health_within(url)
+            print(f"1,100 sockets held: /health in {health_within(url):.3f} s")
             status, body = get(url, "/capacity")
             assert status == 200 and json.loads(body)["active_sessions"] == 0
         finally:
@@ -218,6 +219,7 @@ def test_stateless_resets_count_against_the_session_cap(test_envs):
             caller.join(30)
         stop.set()
         watcher.join()
+        print(f"stateless resets: {statuses.count(200)} served, {statuses.count(503)} refused, peak {peak[0]} envs")
         assert sorted(set(statuses)) == [200, 503] and statuses.count(200) <= 4
         assert peak[0] <= 2  # 12 envs open with a cap of 2 before
         health_within(url)
@@ -289,6 +291,7 @@ def test_pings_whose_pongs_are_never_read_are_bounded(server):
         dropped = True
     mid = rss_mb(process.pid)
     sock.close()
+    print(f"pings: dropped after {sent} pings; RSS {start:.0f} MB at start, {mid:.0f} MB then")
     assert dropped, f"{sent} pings sent and the connection still open"
     assert mid - start < 50, (start, mid)  # +119 MB per million pings before
     health_within(url)
