@@ -187,3 +187,34 @@ def test_sweep_and_train_refuse_a_binary_file_in_one_line(tmp_path, capsys):
         assert main([command, str(spec)]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith(f"mirl {command}: ") and "not valid YAML" in err and "\n" not in err, err
+
+
+def test_compare_of_a_huge_metrics_file_reads_a_bounded_part(tmp_path):
+    """A 450 MB ``metrics.jsonl`` took ``mirl compare`` past 3 GB; now only its first 64 MiB of lines are read."""
+    import subprocess
+    import sys
+
+    from mirl.report.rundir import MAX_JSONL_BYTES
+
+    runs = []
+    line = json.dumps({"iteration": 1, **{f"metric/{i}": 0.5 for i in range(200)}}) + "\n"
+    for name in ("a", "b"):
+        run = tmp_path / name
+        run.mkdir()
+        (run / "summary.json").write_text('{"status": "finished"}')
+        count = 3 * MAX_JSONL_BYTES // len(line)  # 192 MiB each
+        with (run / "metrics.jsonl").open("w") as handle:
+            for i in range(count):
+                handle.write(line.replace('"iteration": 1', f'"iteration": {i + 1}', 1))
+        runs.append(str(run))
+    script = (
+        "import resource, sys\n"
+        "from mirl.cli import main\n"
+        "code = main(['compare', *sys.argv[1:]])\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, code)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, *runs], capture_output=True, text=True, timeout=600)
+    peak_mb, code = map(int, done.stdout.strip().splitlines()[-1].split())
+    print(f"compare of two 192 MiB metrics files: peak {peak_mb} MB")
+    assert code == 0 and "Traceback" not in done.stderr
+    assert peak_mb < 1500, peak_mb  # two runs of 192 MiB each

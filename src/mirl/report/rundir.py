@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from mirl.safeio import MalformedFileError, RunDirError, iter_jsonl, read_json, read_yaml
+from mirl.safeio import MalformedFileError, RunDirError, iter_jsonl, iter_jsonl_lines, read_json, read_yaml
 
 ROLLOUT_FILE = re.compile(r"iteration_(\d+)\.jsonl\Z")
 
@@ -91,8 +91,12 @@ class RunData:
         return default if node is None else node
 
 
-def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """Objects of a JSONL file and notes on skipped lines; a torn last line is dropped without a note.
+MAX_JSONL_BYTES = 64 << 20  # of one run file's lines read into memory (a metrics line is about 6 kB)
+
+
+def read_jsonl(path: Path, max_bytes: int = MAX_JSONL_BYTES) -> tuple[list[dict[str, Any]], list[str]]:
+    """Objects of a JSONL file and notes on skipped lines; a torn last line is dropped without a note. Lines past
+    the first ``max_bytes`` bytes are not read (a note says so): parsed, a line takes several times its size.
 
     >>> import tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "m.jsonl"
@@ -102,8 +106,13 @@ def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """
     records: list[dict[str, Any]] = []
     notes: list[str] = []
+    seen = 0
     try:
-        for number, record, problem in iter_jsonl(path):
+        for number, raw, record, problem in iter_jsonl_lines(path):
+            seen += len(raw)
+            if seen > max_bytes:
+                notes.append(f"{path.name}: only the lines within its first {max_bytes >> 20} MiB were read")
+                break
             if not problem:
                 records.append(record)
             elif problem != "torn":
