@@ -120,7 +120,7 @@ CASES = {
         _reply("<image>" * 5000, images=[_png(2048, 2048, "1")] * 5000),
         "remote_oversized",
     ),  # fmt: skip
-    "sixteen 2048 x 2048 images": (
+    "two 2048 x 2048 images (2^23 pixels)": (
         _reply(agent=AGENT),
         _reply("<image>" * 2, images=[_png(2048, 2048, "1")] * 2),
         "remote_oversized",
