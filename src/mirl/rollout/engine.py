@@ -239,7 +239,10 @@ def _start(
     reset = boundary.reset(env, spec.seed)
     refused = reset.problem or boundary.prompt_problem(env)
     if refused is not None:
-        return _Live(env, spec, group, sample, 1, 0, 1, (), "", boundary=boundary, end_reason=refused)
+        return _Live(
+            env, spec, group, sample, cap=1, budget=0, max_turns=1, system_ids=(), observation="",
+            boundary=boundary, end_reason=refused,
+        )  # fmt: skip
     cap = 1 if env.action_words is None else min(config.max_actions_per_turn, env.max_actions_per_turn)
     system_ids = encode_message(tokenizer, fmt.system_parts(system_prompt(env, cap)))
     info = reset.info
