@@ -40,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--header-timeout",
         type=float,
         default=defaults.header_timeout_s,
-        help="close a connection that has not sent a request's headers within this, seconds",
+        help="close a connection that has not sent a request's headers within this; a body gets as long, seconds",
     )
     serve.add_argument(
         "--max-message-bytes", type=int, default=defaults.max_message_bytes, help="largest request or message"

@@ -9,8 +9,10 @@
   (:mod:`mirl.envs.remote.wire`). Each session's env runs on its own thread and every reset or step has a
   deadline: past it the caller gets an error and the session refuses further calls (a thread cannot be stopped;
   the env is closed once the late call returns).
-- a cap on concurrent sessions (``openenv-core``'s ``max_concurrent_envs``), idle expiry, bounded bodies and
-  messages, an optional bearer token and a deadline on a connection's first request (:mod:`.guard`);
+- a cap on concurrent sessions (``openenv-core``'s ``max_concurrent_envs``) that stateless resets count against,
+  idle expiry, bounded bodies and messages, an optional bearer token, deadlines on every request's headers and
+  body, a cap on connections below the open-file limit, a bound on what a WebSocket leaves unread, no MCP, and 4xx
+  for bad input (:mod:`.guard`);
 - ``GET /capacity``: active sessions, the cap, and mirl env instances open in this process.
 """
 
@@ -48,7 +50,7 @@ class ServeSettings:
     max_sessions: int = 256  # concurrent sessions (env instances): a default rollout's 128 episodes, as the client
     step_timeout_s: float = 60.0  # deadline of one reset or step
     idle_timeout_s: float = 300.0  # a session with no message for this long is closed
-    header_timeout_s: float = 10.0  # a connection must send its first request's headers within this
+    header_timeout_s: float = 10.0  # each request's headers, and then its body, must arrive within this
     max_message_bytes: int = wire.MAX_MESSAGE_BYTES  # one request body or WebSocket message at most
     token: str | None = None  # bearer token every route but /health requires (None: no token)
 
