@@ -8,7 +8,7 @@ import pytest
 MODULES = [
     "mirl.rollout.parsing",
     "mirl.rollout.prompts",
-    "mirl.rollout.engine",
+    "mirl.rollout.generation",
     "mirl.rollout.reasoning_measures",
     "mirl.policy.scripted",
 ]

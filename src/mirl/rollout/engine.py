@@ -51,75 +51,31 @@ images' token blocks as the policy's processor expanded them, once per image (:m
 context carries the placed images (``Turn.images``) to ``generate`` and on to collation and the update. A policy
 without a processor (a text model) refuses such observations with a message naming the fix.
 
-Reproducibility: with ``sampling_seed``, chunk c of turn t samples with :func:`turn_seed` ``(sampling_seed, t, c)``.
+Reproducibility: with ``sampling_seed``, chunk c of turn t samples with
+:func:`~mirl.rollout.generation.turn_seed` ``(sampling_seed, t, c)`` (the generate side lives in
+:mod:`mirl.rollout.generation`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-
-import numpy as np
 
 from mirl.config import RolloutConfig
 from mirl.envs import make
 from mirl.envs.base import StepRecord
 from mirl.rollout.env_boundary import Boundary
+from mirl.rollout.generation import Budget, bounded, context_budget, generate_turn
 from mirl.rollout.memory import CONTEXT_MODES, first_kept_turn, memory_text
 from mirl.rollout.parsing import THINK_OPEN, decode, parse_reply, reasoning_span
 from mirl.rollout.prompts import ChatFormat, encode_message, format_example, system_prompt, user_message
 from mirl.rollout.reasoning_measures import check_wording, earns_wording_bonus
 from mirl.rollout.stepping import state_key_of, step_all, step_reply
 from mirl.rollout.vision import Piece, encode_piece
-from mirl.types import EnvSpec, Episode, Generation, SamplingParams, Turn
-
-STOP_STRINGS = ("</answer>",)
+from mirl.types import EnvSpec, Episode, Generation, Turn
 
 ProgressFn = Callable[[int, int, int], None]  # (turn index, episodes active in it, episodes in all)
-
-
-def turn_seed(sampling_seed: int, turn: int, chunk: int) -> int:
-    """The sampling seed of generate chunk ``chunk`` in turn ``turn`` (0-based), a 63-bit int.
-
-    >>> turn_seed(0, 0, 0) == turn_seed(0, 0, 0) != turn_seed(0, 1, 0)
-    True
-    """
-    state = np.random.SeedSequence([sampling_seed, turn, chunk]).generate_state(1, dtype=np.uint64)
-    return int(state[0] >> np.uint64(1))
-
-
-@dataclass(frozen=True)
-class _Budget:
-    """Context + reply tokens at most, and user-message characters beyond which the message cannot fit."""
-
-    tokens: int
-    chars: int
-
-
-def context_budget(policy, tokenizer, config: RolloutConfig) -> _Budget:
-    """``min(max_context_tokens, policy.max_positions)`` tokens, and the matching character bound.
-
-    A token decodes to at most ``longest`` characters (the longest vocabulary entry; byte-level and byte-fallback
-    spellings only overcount), so a text of more than ``tokens * longest`` characters has more than ``tokens``
-    tokens; the factor 2 covers normalisers that shorten text.
-    """
-    tokens = config.max_context_tokens
-    positions = getattr(policy, "max_positions", None)
-    if positions is not None and positions < tokens:
-        warnings.warn(
-            f"rollout.max_context_tokens={tokens} exceeds the model's {positions} positions; contexts and replies "
-            f"are capped at {positions} tokens (set rollout.max_context_tokens<={positions} to silence this)",
-            stacklevel=3,
-        )
-        tokens = positions
-    try:
-        longest = max(len(str(t)) for t in tokenizer.convert_ids_to_tokens(list(range(len(tokenizer)))))
-    except Exception:  # a tokenizer without a listable vocabulary: no character bound
-        return _Budget(tokens, 2**62)
-    return _Budget(tokens, 2 * tokens * max(1, longest))
 
 
 @dataclass
@@ -193,9 +149,9 @@ def _play(policy, lives: list[_Live], setting, sampling_seed: int | None, progre
         playing = [(live, ctx) for live, ctx in zip(active, contexts, strict=True) if ctx is not None]
         if not playing:
             break
-        generations = _generate(policy, [ctx for _, ctx in playing], turn, config, (sampling_seed, budget.tokens))
+        generations = generate_turn(policy, [ctx for _, ctx in playing], turn, config, (sampling_seed, budget.tokens))
         generations = [
-            _bounded(generation, budget.tokens - len(ctx.ids), config.max_new_tokens)
+            bounded(generation, budget.tokens - len(ctx.ids), config.max_new_tokens)
             for (_, ctx), generation in zip(playing, generations, strict=True)
         ]
         texts = [THINK_OPEN + decode(tokenizer, generation.token_ids) for generation in generations]
@@ -263,7 +219,7 @@ def _start(
     )
 
 
-def _next_context(live: _Live, turn: int, fmt: ChatFormat, tokenizer, config: RolloutConfig, budget: _Budget):
+def _next_context(live: _Live, turn: int, fmt: ChatFormat, tokenizer, config: RolloutConfig, budget: Budget):
     """Write turn ``turn``'s user message and return the context (ids and images), or None if the episode ends
     here.
 
@@ -314,42 +270,6 @@ def _context(live: _Live, start: int, turn: int, fmt: ChatFormat, tokenizer) -> 
         reply_ids = reply.response_ids[:-1] if closed else reply.response_ids  # the bridge's first id closes it
         context = context + Piece(reply_ids) + bridge
     return context
-
-
-def _generate(policy, contexts, turn: int, config: RolloutConfig, seed_and_limit) -> list[Generation]:
-    """One generate call per chunk of ``config.generation_batch_size`` contexts; ``seed_and_limit`` =
-    (sampling seed or None, context + reply tokens at most)."""
-    sampling_seed, limit = seed_and_limit
-    size = config.generation_batch_size
-    generations: list[Generation] = []
-    for chunk, begin in enumerate(range(0, len(contexts), size)):
-        seed = None if sampling_seed is None else turn_seed(sampling_seed, turn, chunk)
-        sampling = SamplingParams(
-            max_new_tokens=config.max_new_tokens,
-            temperature=config.temperature,
-            top_p=config.top_p,
-            stop=STOP_STRINGS,
-            seed=seed,
-            max_total_tokens=limit,
-        )
-        batch = contexts[begin : begin + size]
-        if any(context.images for context in batch):
-            out = policy.generate([c.ids for c in batch], sampling, images=[c.images for c in batch])
-        else:
-            out = policy.generate([c.ids for c in batch], sampling)
-        if len(out) != len(batch):
-            raise ValueError(f"policy.generate returned {len(out)} generations for {len(batch)} prompts")
-        generations += out
-    return generations
-
-
-def _bounded(generation: Generation, room: int, max_new_tokens: int) -> Generation:
-    """The reply within ``room`` tokens (budget minus context), finish reason ``"context"`` when the budget rather
-    than ``max_new_tokens`` stopped it, or cut it (a policy that ignored ``max_total_tokens``)."""
-    if len(generation.token_ids) > room:
-        return Generation(generation.token_ids[:room], generation.logprobs[:room], "context")
-    stopped_by_budget = generation.finish_reason == "length" and len(generation.token_ids) == room < max_new_tokens
-    return dataclasses.replace(generation, finish_reason="context") if stopped_by_budget else generation
 
 
 def _apply(live: _Live, context: tuple[int, ...], generation: Generation, tokenizer, config: RolloutConfig) -> None:

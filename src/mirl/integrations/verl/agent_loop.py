@@ -44,7 +44,7 @@ from mirl.integrations.verl.episode import output_fields, play_episode, stop_tok
 from mirl.integrations.verl.plugin import AGENT_NAME
 from mirl.integrations.verl.settings import read_settings
 from mirl.integrations.verl.vision import image_encoder
-from mirl.rollout.engine import STOP_STRINGS
+from mirl.rollout.generation import STOP_STRINGS
 from mirl.types import EnvSpec
 
 KEEP_STOP = {"vllm": {"include_stop_str_in_output": True}, "sglang": {"no_stop_trim": True}}

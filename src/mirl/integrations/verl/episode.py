@@ -36,7 +36,8 @@ from mirl.config import RolloutConfig
 from mirl.integrations.verl.vision import episode_images
 from mirl.policy.hf import end_of_turn_ids, ends_with_stop
 from mirl.rollout.collate import collate
-from mirl.rollout.engine import STOP_STRINGS, _apply, _bounded, _finish, _next_context, _start, context_budget
+from mirl.rollout.engine import _apply, _finish, _next_context, _start
+from mirl.rollout.generation import STOP_STRINGS, bounded, context_budget
 from mirl.rollout.prompts import ChatFormat
 from mirl.types import EnvSpec, Episode, Generation, Turn
 
@@ -132,7 +133,7 @@ async def play_episode(
             break
         shown = [place.image.image for place in context.images]
         served = await (generate(context.ids, images=shown) if shown else generate(context.ids))
-        reply = _bounded(served, budget.tokens - len(context), config.max_new_tokens)
+        reply = bounded(served, budget.tokens - len(context), config.max_new_tokens)
         reply, marked = _before_reserved(reply, reserved)
         _apply(live, context, reply, tokenizer, config)
         if marked and live.end_reason is None:
