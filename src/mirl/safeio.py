@@ -183,11 +183,12 @@ def _bounded_int(text: str) -> int:
     return int(text)
 
 
-def parse_json(text: str | bytes) -> Any:
+def parse_json(text: str | bytes, *, constants: bool = True) -> Any:
     """``json.loads`` for files mirl did not necessarily write: an integer literal wider than
     :data:`MAX_INT_DIGITS` digits raises :class:`WideIntegerError` (Python's own limit is 4,300 digits, and a
     400-digit integer already overflows every float the readers compare it with); deep nesting raises
-    ``RecursionError``; anything else not JSON ``json.JSONDecodeError``.
+    ``RecursionError``; anything else not JSON ``json.JSONDecodeError``. With ``constants=False`` the literals
+    ``NaN``, ``Infinity`` and ``-Infinity`` (which Python accepts and JSON does not) raise ``ValueError`` too.
 
     >>> parse_json('{"iteration": 3, "x": 1e999}')
     {'iteration': 3, 'x': inf}
@@ -197,7 +198,13 @@ def parse_json(text: str | bytes) -> Any:
     ...     print(error)
     an integer of 400 digits (at most 20)
     """
-    return json.loads(text, parse_int=_bounded_int)
+    if constants:
+        return json.loads(text, parse_int=_bounded_int)
+    return json.loads(text, parse_int=_bounded_int, parse_constant=_no_constant)
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
 
 
 def read_json(path: str | os.PathLike, limit: int = MAX_JSON_BYTES) -> Any:

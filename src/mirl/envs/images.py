@@ -22,23 +22,37 @@ MAX_MESSAGE_IMAGES = 16  # images of one observation
 MAX_MESSAGE_PIXELS = 1 << 22  # pixels of one observation's images together (one 2048 x 2048 image, 12 MB as RGB)
 
 
-def observation_images(observation: str, info: dict[str, Any]) -> list:
-    """The images of one observation, checked against its placeholders.
+class OversizedImages(ValueError):
+    """Images past a size limit: a side above :data:`MAX_IMAGE_SIDE`, or one message above
+    :data:`MAX_MESSAGE_IMAGES` images or :data:`MAX_MESSAGE_PIXELS` pixels."""
 
-    Raises ``ValueError`` when the number of placeholders and of images differ, or an image is not an RGB
-    ``PIL.Image.Image`` within :data:`MAX_IMAGE_SIDE`.
+
+def observation_images(observation: str, info: dict[str, Any]) -> list:
+    """The images of one observation, checked against its placeholders and the per-message limits.
+
+    Raises ``ValueError`` when the number of placeholders and of images differ or an image is not an RGB
+    ``PIL.Image.Image``, and :class:`OversizedImages` past :data:`MAX_IMAGE_SIDE`, :data:`MAX_MESSAGE_IMAGES` or
+    :data:`MAX_MESSAGE_PIXELS`.
 
     >>> observation_images("a board", {})
     []
     """
-    images = list(info.get("images") or [])
+    images = info.get("images")
+    if images is not None and not isinstance(images, list | tuple):
+        raise ValueError(f"info['images'] must be a list of images, got {type(images).__name__}")
+    images = list(images or [])
     expected = observation.count(IMAGE_PLACEHOLDER)
     if expected != len(images):
         raise ValueError(
             f"observation has {expected} {IMAGE_PLACEHOLDER} placeholder(s) but info['images'] holds {len(images)}"
         )
+    if len(images) > MAX_MESSAGE_IMAGES:
+        raise OversizedImages(f"{len(images)} images, above {MAX_MESSAGE_IMAGES} per observation")
     for image in images:
         _check_image(image)
+    pixels = sum(image.size[0] * image.size[1] for image in images)
+    if pixels > MAX_MESSAGE_PIXELS:
+        raise OversizedImages(f"{pixels} pixels, above {MAX_MESSAGE_PIXELS} per observation")
     return images
 
 
@@ -51,7 +65,7 @@ def _check_image(image: Any) -> None:
         raise ValueError(f"an observation image must be RGB, got mode {image.mode}; convert it with .convert('RGB')")
     if max(image.size) > MAX_IMAGE_SIDE:
         width, height = image.size
-        raise ValueError(f"an observation image is {width}x{height}, above {MAX_IMAGE_SIDE} pixels a side")
+        raise OversizedImages(f"an observation image is {width}x{height}, above {MAX_IMAGE_SIDE} pixels a side")
 
 
 def png_bytes(image) -> bytes:

@@ -36,7 +36,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from mirl.envs.images import IMAGE_PLACEHOLDER, MAX_IMAGE_SIDE, MAX_MESSAGE_IMAGES, MAX_MESSAGE_PIXELS
+from mirl.envs.images import OversizedImages, observation_images
 from mirl.rollout.failures import reward_problem
 
 MAX_OBSERVATION_CHARS = 1 << 20  # one observation's text
@@ -133,42 +133,20 @@ class Boundary:
         return EnvResult(observation, float(reward), bool(terminated), bool(truncated), info, images)
 
     def _images(self, observation: str, info: dict) -> list:
-        images = info.get("images")
-        expected = observation.count(IMAGE_PLACEHOLDER)
-        if images is None and expected == 0:
-            return []
-        if not isinstance(images, list | tuple):
-            raise EnvValueError("malformed_images", f"info['images'] is {_kind(images)}, not a list of images")
-        if len(images) != expected:
-            raise EnvValueError(
-                "malformed_images", f"{expected} {IMAGE_PLACEHOLDER} placeholder(s) but {len(images)} image(s)"
-            )
-        if len(images) > MAX_MESSAGE_IMAGES:
-            raise EnvValueError("oversized_images", f"{len(images)} images, above {MAX_MESSAGE_IMAGES} per observation")
-        pixels = sum(_pixels(image) for image in images)
-        if pixels > MAX_MESSAGE_PIXELS:
-            raise EnvValueError("oversized_images", f"{pixels} pixels, above {MAX_MESSAGE_PIXELS} per observation")
+        try:
+            images = observation_images(observation, info)
+        except OversizedImages as error:
+            raise EnvValueError("oversized_images", str(error)) from None
+        except ValueError as error:
+            raise EnvValueError("malformed_images", str(error)) from None
+        pixels = sum(image.size[0] * image.size[1] for image in images)
         with self._lock:
             if self.pixels + pixels > self.max_rollout_pixels:
                 raise EnvValueError(
                     "oversized_images", f"the rollout's images pass {self.max_rollout_pixels} pixels in all"
                 )
             self.pixels += pixels
-        return list(images)
-
-
-def _pixels(image: Any) -> int:
-    """Pixels of one observation image; :class:`EnvValueError` for anything but an RGB image within the side."""
-    from PIL import Image
-
-    if not isinstance(image, Image.Image):
-        raise EnvValueError("malformed_images", f"an image is {_kind(image)}, not a PIL.Image.Image")
-    if image.mode != "RGB":
-        raise EnvValueError("malformed_images", f"an image has mode {image.mode}, not RGB")
-    width, height = image.size
-    if max(width, height) > MAX_IMAGE_SIDE:
-        raise EnvValueError("oversized_images", f"an image is {width}x{height}, above {MAX_IMAGE_SIDE} a side")
-    return width * height
+        return images
 
 
 def _check_text(observation: Any) -> None:

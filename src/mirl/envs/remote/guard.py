@@ -34,6 +34,8 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from mirl.safeio import parse_json
+
 OPEN_PATHS = ("/health",)
 # MCP routes: mirl envs are not MCP tool servers, and HTTP MCP can open sessions no WebSocket holds
 CLOSED_PATHS = ("/mcp",)
@@ -175,7 +177,7 @@ def _json_problem(scope, body: bytes) -> str | None:
     if not body or not kind.startswith(b"application/json"):
         return None
     try:
-        json.loads(body, parse_constant=_no_constant, parse_int=_narrow_int)
+        parse_json(body, constants=False)
     except json.JSONDecodeError:
         return None  # FastAPI answers malformed JSON itself (422)
     except (ValueError, RecursionError) as error:
@@ -189,7 +191,7 @@ def _ws_problem(message) -> tuple[str, str] | None:
     if text is None:
         return None
     try:
-        data = json.loads(text, parse_constant=_no_constant, parse_int=_narrow_int)
+        data = parse_json(text, constants=False)
     except RecursionError:
         return "INVALID_JSON", "nested too deeply"
     except ValueError as error:
@@ -199,18 +201,6 @@ def _ws_problem(message) -> tuple[str, str] | None:
     if isinstance(data, dict) and data.get("type") == "mcp":
         return "UNKNOWN_TYPE", "not served: mirl envs do not speak MCP"
     return None
-
-
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not JSON")
-
-
-def _narrow_int(text: str) -> int:
-    from mirl.safeio import MAX_INT_DIGITS
-
-    if len(text.lstrip("-")) > MAX_INT_DIGITS:
-        raise ValueError(f"an integer of {len(text.lstrip('-'))} digits (at most {MAX_INT_DIGITS})")
-    return int(text)
 
 
 async def _refuse(scope, send, status: int, message: str) -> None:

@@ -144,8 +144,9 @@ class OpenEnvEnv(TextEnv):
         return fields, float(reward), done
 
     def _info(self, fields: dict[str, Any], *, done: bool, reward: float) -> dict[str, Any]:
+        from mirl.envs.images import OversizedImages
         from mirl.envs.remote.client import RemoteError
-        from mirl.envs.remote.wire import OversizedImages, decode_images
+        from mirl.envs.remote.wire import decode_images
 
         served = fields.get("info")
         info = dict(served) if isinstance(served, dict) else {}

@@ -98,16 +98,20 @@ def encode_images(images: list) -> list[str]:
     return [base64.b64encode(png_bytes(image)).decode("ascii") for image in images]
 
 
-class OversizedImages(ValueError):
-    """A message's images pass the per-message count or pixel limits."""
-
-
 def decode_images(encoded: Any) -> list:
-    """RGB images from a list of base64 PNG strings; ``ValueError`` for anything else, :class:`OversizedImages`
+    """RGB images from a list of base64 PNG strings; ``ValueError`` for anything else,
+    :class:`~mirl.envs.images.OversizedImages`
     when the message holds more than :data:`~mirl.envs.images.MAX_MESSAGE_IMAGES` images or its headers claim
     more than :data:`~mirl.envs.images.MAX_MESSAGE_PIXELS` pixels in all (checked before any image is decoded:
     5,000 tiny PNGs of 2048 x 2048 1-bit pixels fit in 4 MiB and decode to 66 GB)."""
-    from mirl.envs.images import MAX_MESSAGE_IMAGES, MAX_MESSAGE_PIXELS, MAX_PNG_BYTES, image_from_png, png_size
+    from mirl.envs.images import (
+        MAX_MESSAGE_IMAGES,
+        MAX_MESSAGE_PIXELS,
+        MAX_PNG_BYTES,
+        OversizedImages,
+        image_from_png,
+        png_size,
+    )
 
     if not isinstance(encoded, list) or not all(isinstance(item, str) for item in encoded):
         raise ValueError("'images' must be a list of base64 PNG strings")
