@@ -38,6 +38,14 @@ async def _misbehave(mode: str, websocket) -> None:
 @contextlib.contextmanager
 def misbehaving(mode: str) -> Iterator[str]:
     """A WebSocket server on a free loopback port that answers resets and then misbehaves as ``mode`` says."""
+    with websocket_server(lambda ws: _misbehave(mode, ws)) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def websocket_server(handler) -> Iterator[str]:
+    """A WebSocket server on a free loopback port (a thread of its own) whose connections ``handler(websocket)``
+    serves; yields its ``http://`` URL."""
     from websockets.asyncio.server import serve
 
     loop = asyncio.new_event_loop()
@@ -47,7 +55,7 @@ def misbehaving(mode: str) -> Iterator[str]:
     async def main():
         nonlocal stop
         stop = asyncio.Event()
-        async with serve(lambda ws: _misbehave(mode, ws), "127.0.0.1", 0, max_size=None) as server:
+        async with serve(handler, "127.0.0.1", 0, max_size=None) as server:
             address.append(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
             ready.set()
             await stop.wait()

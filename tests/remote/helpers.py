@@ -11,6 +11,8 @@ import subprocess
 import sys
 import tempfile
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 
 from mirl.config import RolloutConfig
@@ -118,3 +120,12 @@ def _first_line(process: subprocess.Popen, timeout: float) -> str:
     reader.start()
     reader.join(timeout)
     return lines[0] if lines else ""
+
+
+def get(url: str, path: str, headers: dict | None = None, data: bytes | None = None) -> tuple[int, bytes]:
+    request = urllib.request.Request(url + path, data=data, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()

@@ -6,7 +6,6 @@ case says; every case is bounded in time by the client's deadline."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import io
@@ -26,6 +25,8 @@ from mirl.policy.tiny import tiny_tokenizer
 from mirl.rollout import collate, run_episodes
 from mirl.rollout.prompts import special_ids
 from mirl.types import EnvSpec
+
+from ..remote.fake_servers import websocket_server
 
 pytest.importorskip("websockets", reason="the openenv client needs websockets: pip install 'mirl[serve]'")
 
@@ -142,33 +143,8 @@ async def _answer(websocket, reset: str, step: str) -> None:
 def answering(reset: str, step: str) -> Iterator[str]:
     """A WebSocket server on a free loopback port answering every reset with ``reset`` and every step with
     ``step``."""
-    with answering_with(lambda ws: _answer(ws, reset, step)) as url:
+    with websocket_server(lambda ws: _answer(ws, reset, step)) as url:
         yield url
-
-
-@contextlib.contextmanager
-def answering_with(handler) -> Iterator[str]:
-    """A WebSocket server on a free loopback port whose connections ``handler(websocket)`` serves."""
-    from websockets.asyncio.server import serve
-
-    loop, ready, address = asyncio.new_event_loop(), threading.Event(), []
-    stop: list[asyncio.Event] = []
-
-    async def main():
-        stop.append(asyncio.Event())
-        async with serve(handler, "127.0.0.1", 0, max_size=None) as server:
-            address.append(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
-            ready.set()
-            await stop[0].wait()
-
-    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
-    thread.start()
-    ready.wait(10)
-    try:
-        yield address[0]
-    finally:
-        loop.call_soon_threadsafe(stop[0].set)
-        thread.join(10)
 
 
 def play(url: str, episodes: int = 2, *, reply: str = MOVE, tokenizer=None, **options):
@@ -281,7 +257,7 @@ def test_a_training_run_whose_remote_env_sends_one_hostile_reply_finishes(tmp_pa
             steps.append(1)
             await websocket.send(_reply("Done.", reward=1e308, done=True) if len(steps) == 1 else good)
 
-    with answering_with(one_hostile) as url:
+    with websocket_server(one_hostile) as url:
         args = cli_args(model_dir, tmp_path, "remote", f"envs=[{{name: openenv, options: {{url: '{url}'}}}}]")
         assert main(["train", "--defaults", *args, "trainer.iterations=1"]) == 0
     assert "Traceback" not in capsys.readouterr().err

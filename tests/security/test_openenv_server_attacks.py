@@ -14,8 +14,6 @@ import resource
 import socket
 import threading
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 
@@ -23,21 +21,12 @@ from mirl.envs.base import TextEnv
 from mirl.envs.registry import _REGISTRY, register
 from mirl.envs.remote.server import ServeSettings, open_envs, serving
 
-from ..remote.helpers import served
+from ..remote.helpers import get, served
 
 pytest.importorskip("openenv", reason="the remote envs need openenv-core: pip install 'mirl[serve]'")
 pytest.importorskip("websockets", reason="the attacks speak WebSocket: pip install 'mirl[serve]'")
 
 LIMITS = ("--max-sessions", "4", "--idle-timeout", "5", "--header-timeout", "2")
-
-
-def get(url: str, path: str, data: bytes | None = None, headers: dict | None = None) -> tuple[int, bytes]:
-    request = urllib.request.Request(url + path, data=data, headers=headers or {})
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read()
 
 
 def health_within(url: str, seconds: float = 1.0) -> float:
@@ -202,7 +191,7 @@ def test_stateless_resets_count_against_the_session_cap(test_envs):
         statuses, peak = [], [0]
 
         def reset():
-            statuses.append(get(url, "/reset", b'{"seed": 1}', {"Content-Type": "application/json"})[0])
+            statuses.append(get(url, "/reset", {"Content-Type": "application/json"}, b'{"seed": 1}')[0])
 
         def watch(stop):
             while not stop.is_set():
@@ -309,6 +298,6 @@ def test_bad_inputs_get_4xx_not_500(server):
         ("/reset", b'{"seed": ' + b"9" * 5000 + b"}"),
     ]
     for path, body in cases:
-        status, text = get(url, path, body, json_type)
+        status, text = get(url, path, json_type, body)
         assert 400 <= status < 500, (path, body[:40], status, text[:200])
-    assert get(url, "/reset", b'{"seed": 3}', json_type)[0] == 200
+    assert get(url, "/reset", json_type, b'{"seed": 3}')[0] == 200

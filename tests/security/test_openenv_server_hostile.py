@@ -8,12 +8,10 @@ import contextlib
 import json
 import socket
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 
-from ..remote.helpers import served
+from ..remote.helpers import get, served
 
 pytest.importorskip("openenv", reason="the remote envs need openenv-core: pip install 'mirl[serve]'")
 
@@ -24,15 +22,6 @@ LIMITS = ("--max-sessions", "4", "--idle-timeout", "2", "--header-timeout", "2",
 def server():
     with served("frozenlake", *LIMITS) as (url, process):
         yield url, process
-
-
-def get(url: str, path: str, headers: dict | None = None, data: bytes | None = None) -> tuple[int, bytes]:
-    request = urllib.request.Request(url + path, data=data, headers=headers or {})
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read()
 
 
 def assert_healthy_and_empty(url: str, within: float = 0.0) -> None:
