@@ -3,6 +3,7 @@
     python benchmarks/step.py                              # filter off vs SNR-Aware top-p 0.9, 3 iterations each
     python benchmarks/step.py --compare checkpointing      # model.gradient_checkpointing false vs true
     python benchmarks/step.py --compare lean               # checkpointing at micro-batch 2 vs none at 1
+    python benchmarks/step.py --compare shared-prompts     # the update's rows padded vs shared prompts packed
     python benchmarks/step.py --baseline 17e24f0           # the defaults: a git revision vs the working tree
     python benchmarks/step.py --baseline 89ac21f --diagnostics   # also a quickstart diagnosis every iteration
     python benchmarks/step.py --iterations 5 model.name=Qwen/Qwen2.5-0.5B-Instruct
@@ -36,6 +37,12 @@ COMPARISONS = {
     },
     # the same activations budget two ways: recompute the layers of 2-row micro-batches, or keep those of 1 row
     # (measured on the quickstart: update time x1.01, peak memory x1.18 without checkpointing, so it stays on)
+    # the update's forward pass: every row padded (micro-batch 2, the quickstart's before) vs the rows of a group
+    # packed with their prompt encoded once (micro-batch 4, so a group of 4 shares one micro-batch)
+    "shared-prompts": {
+        "padded, micro 2": ["model.share_prompts=false", "algorithm.micro_batch_size=2"],
+        "shared prompts, micro 4": ["model.share_prompts=true", "algorithm.micro_batch_size=4"],
+    },
     "lean": {
         "checkpointing, micro 2": ["model.gradient_checkpointing=true", "algorithm.micro_batch_size=2"],
         "no checkpointing, micro 1": ["model.gradient_checkpointing=false", "algorithm.micro_batch_size=1"],

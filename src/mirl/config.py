@@ -50,6 +50,10 @@ class ModelConfig:
     # recompute each decoder layer's activations in the backward pass: the update's peak memory falls by most of
     # its activations (quickstart: see benchmarks/memory.py) for about one more forward pass of time
     gradient_checkpointing: bool = True
+    # the update encodes a prompt that several rows of a micro-batch start with once, in a packed row with a block
+    # attention mask (mirl.policy.shared_prompts): the same log-probs and gradients up to float rounding; text
+    # models with SDPA or eager attention; quickstart: see benchmarks/step.py --compare shared-prompts
+    share_prompts: bool = True
     # vllm backend: share of GPU memory vLLM may take for weights and KV cache, in (0, 1]
     vllm_gpu_memory_utilization: float = 0.4
     # vllm backend: GiB of KV cache on the CPU build (sets VLLM_CPU_KVCACHE_SPACE when unset), >= 1

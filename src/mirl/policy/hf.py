@@ -107,6 +107,8 @@ class HFPolicy:
         # scoring: pack continuations unpadded into rows of at most max_packed_tokens (mirl.policy.packing)
         self.pack_scoring = True
         self.max_packed_tokens = 512
+        # training log-probs: rows that start with the same prompt encode it once (mirl.policy.shared_prompts)
+        self.share_prompts = True
         # training log-probs with gradient recompute each decoder layer in backward (mirl.policy.checkpointing)
         self.activation_checkpointing = False
         # prompt tokens given to generate and tokens actually encoded by its prefill (padding excluded)

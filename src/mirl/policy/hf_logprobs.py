@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from mirl.policy.checkpointing import checkpointed_layers
+from mirl.policy.shared_prompts import applies, shared_prompt_hidden
 
 
 def token_logprobs(
@@ -58,7 +59,10 @@ def token_logprobs(
     if needed is not None:
         counted = counted & needed.to(policy.device).bool()
     with checkpointed_layers(policy.model, policy.activation_checkpointing and torch.is_grad_enabled()):
-        hidden = policy._backbone(input_ids, mask.long(), positions)  # (B, T, H)
+        # rows that start with the same prompt encode it once (mirl.policy.shared_prompts); None: no two share one
+        hidden = shared_prompt_hidden(policy, input_ids, mask) if applies(policy) else None
+        if hidden is None:
+            hidden = policy._backbone(input_ids, mask.long(), positions)  # (B, T, H)
     logp, entropy = logprobs_from_hidden(
         policy,
         hidden[:, :-1],

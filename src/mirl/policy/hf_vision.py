@@ -51,6 +51,7 @@ class VisionPolicy(HFPolicy):
     def __init__(self, model, processor, **kwargs) -> None:
         super().__init__(model, processor.tokenizer, **kwargs)
         self.processor = processor
+        self.share_prompts = False  # keyed ids and 3-D rotary positions: the packed training pass is text-only
         config = model.config
         text = config.get_text_config()
         positions = getattr(text, "max_position_embeddings", None)

@@ -127,6 +127,8 @@ def build_learner(policy, config: Config, preset: AlgorithmPreset) -> Learner:
     if config.model.lora_rank > 0:
         policy.model = _lora(policy.model, config)
     policy.activation_checkpointing = config.model.gradient_checkpointing  # works in eval mode, unlike HF's switch
+    if not config.model.share_prompts:
+        getattr(policy, "hf", policy).share_prompts = False  # the vllm backend trains its hf policy
     policy.model.eval()
     algo = config.algorithm
     params = [p for p in policy.model.parameters() if p.requires_grad]

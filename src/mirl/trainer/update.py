@@ -24,6 +24,7 @@ from mirl.algorithms import (
 )
 from mirl.algorithms.rollout_correction import mismatch_stats
 from mirl.config import AlgorithmConfig
+from mirl.policy.shared_prompts import applies, token_order
 from mirl.types import RolloutBatch
 
 
@@ -216,15 +217,20 @@ def accumulate_gradients(
 
     The normaliser is computed once on the whole mini-batch, so the accumulated gradient does not depend on
     ``micro_batch_size``, nor on how the rows are grouped: they are grouped by length (longest first), so a
-    micro-batch pads its rows to similar lengths and the first one shows the step's peak memory at once.
-    ``record`` (B, T), when given, receives the rows' detached log-probs.
+    micro-batch pads its rows to similar lengths and the first one shows the step's peak memory at once; or, when
+    the policy packs shared prompts (:mod:`mirl.policy.shared_prompts`), in the order of their tokens, so the rows
+    of a group, which start with the same prompt, share micro-batches. ``record`` (B, T), when given, receives the
+    rows' detached log-probs.
     """
     tally = tally if tally is not None else _Tally()
     mask = inputs.batch.response_mask[rows]
     normaliser = aggregation_normaliser(mask, preset.agg)
     critic_normaliser = aggregation_normaliser(mask, "token-mean")
-    lengths = inputs.batch.attention_mask[rows].sum(dim=1)
-    rows = rows[torch.sort(lengths, descending=True, stable=True).indices]
+    if applies(getattr(learner.policy, "hf", learner.policy)) and len(rows) > micro_batch_size:
+        rows = rows[token_order(inputs.batch.input_ids[rows], inputs.batch.attention_mask[rows])]
+    else:
+        lengths = inputs.batch.attention_mask[rows].sum(dim=1)
+        rows = rows[torch.sort(lengths, descending=True, stable=True).indices]
     for micro in torch.split(rows, micro_batch_size):
         loss, stats, n_tokens = _policy_terms(learner, inputs, micro, preset, normaliser, record)
         loss.backward()
