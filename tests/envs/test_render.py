@@ -27,7 +27,7 @@ def test_every_grid_env_is_covered():
 
 
 @pytest.mark.parametrize(
-    ("name", "render", "view"), itertools.product(GRID_ENVS, RENDER_MODES, ("grid", "coordinates"))
+    ("name", "render", "view"), list(itertools.product(GRID_ENVS, RENDER_MODES, ("grid", "coordinates")))
 )
 def test_check_env_passes_in_every_render_mode(name, render, view):
     check_env(make(name, render=render, view=view))
