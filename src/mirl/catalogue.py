@@ -244,7 +244,10 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("time/update", "wall time of advantages and optimiser steps (includes time/gradients)", "s"),
     Metric("time/validation", "wall time of validation", "s"),
     Metric(
-        "time/checkpoint", "wall time of the previous checkpoint write (a line is written before its checkpoint)", "s"
+        "time/checkpoint",
+        "the run's wall time on the previous checkpoint: starting its write, then waiting for it before the update"
+        " (the write itself overlaps the rollout; a line is written before its checkpoint)",
+        "s",
     ),
     Metric("time/iteration", "wall time of the iteration's stages (its checkpoint write excluded)", "s"),
     Metric("perf/rollout_tokens_per_s", "sampled tokens / time/rollout", "tokens/s"),

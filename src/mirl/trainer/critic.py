@@ -38,6 +38,7 @@ class Critic(nn.Module):
                 inputs = backbone_image_inputs(self.backbone, input_ids, mask, images)
             else:
                 inputs = {"input_ids": input_ids}
-            hidden = self.backbone(attention_mask=mask, **inputs).last_hidden_state
+            # no KV cache: none is reused, and a checkpointed layer given one warns that it drops it
+            hidden = self.backbone(attention_mask=mask, use_cache=False, **inputs).last_hidden_state
         state_values = self.head(hidden).squeeze(-1).float()  # (B, T): value after reading token t
         return torch.cat([state_values.new_zeros(state_values.shape[0], 1), state_values[:, :-1]], dim=1)

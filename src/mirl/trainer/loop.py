@@ -131,12 +131,15 @@ def train(
             say_warnings(watches, state.iteration, metrics, sinks, summary)
             if stop_reason:
                 sinks.print(f"[bold red]early stop at iteration {state.iteration}:[/] {stop_reason}")
+        state.wait_for_checkpoint()  # the run is finished when its last checkpoint is on disk
         status = "stopped" if stop_reason else "finished"
     except KeyboardInterrupt as interrupt:
         status, stop_reason = "stopped", "interrupted"
+        state.wait_for_checkpoint(raise_error=False)  # the hint names the checkpoint a write under way is landing
         interrupt.resume_hint = resume_hint(run_dir)  # the CLI's "interrupted" line says how to go on
         raise
     finally:
+        state.wait_for_checkpoint(raise_error=False)  # after an error or Ctrl-C: a write under way still lands
         torch.use_deterministic_algorithms(previous)
         sinks.close()
         final = {k: v for k, v in sinks.latest.items() if isinstance(v, int | float)}
@@ -193,6 +196,7 @@ def run_iteration(
     kept, batch = stages.kept_batch(episodes, rows, policy.pad_token_id)
     if batch is not None:
         metrics["filter/kept_trajectories"] = float(batch.num_rows)
+        state.wait_for_checkpoint()  # the last checkpoint holds the weights the update is about to change
         with timer("update"):
             metrics |= train_on(batch, kept, (returns, turns), learner, preset, config, state, seed, timer)
     save_rollouts(run_dir, config, iteration, episodes)

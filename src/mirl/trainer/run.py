@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import json
 import resource
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -32,14 +34,62 @@ from mirl.trainer.rundir import check_outputs, clean_leftovers, repair_jsonl, re
 from mirl.trainer.update import Learner
 
 
+class CheckpointWriter:
+    """Writes a checkpoint in a thread while the run goes on.
+
+    After an iteration's checkpoint starts, the next iteration's rollout, scoring and filter read the weights and
+    optimiser state but never change them, so the write (seconds of serialising and fsyncing on a CPU machine)
+    overlaps them instead of stalling the run. The payload holds the live parameter and optimiser tensors, not
+    copies: :meth:`wait` must come before anything changes them (the update), before the next write, and before
+    the run ends. A write that failed raises its error there.
+    """
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def start(self, write) -> None:
+        """Run ``write()`` in a thread, after the write under way (if any) has ended."""
+        self.wait()
+
+        def run() -> None:
+            try:
+                write()
+            except BaseException as error:  # raised again by wait(), in the training thread
+                self._error = error
+
+        self._thread = threading.Thread(target=run, name="mirl-checkpoint")
+        self._thread.start()
+
+    def wait(self, *, raise_error: bool = True) -> float:
+        """Block until the write under way has ended; returns the seconds waited."""
+        if self._thread is None:
+            return 0.0
+        start = time.perf_counter()
+        self._thread.join()
+        self._thread = None
+        error, self._error = self._error, None
+        if error is not None and raise_error:
+            raise error
+        return time.perf_counter() - start
+
+
 @dataclass
 class TrainState:
-    """What a checkpoint restores besides the weights and optimisers."""
+    """What a checkpoint restores besides the weights and optimisers (and the checkpoint being written)."""
 
     iteration: int = 0
     diagnostics: DiagnosticsState = field(default_factory=DiagnosticsState)
     early_stop: EarlyStopState = field(default_factory=EarlyStopState)
-    checkpoint_seconds: float | None = None  # the last checkpoint write, logged on the next line
+    # the run's time spent on the last checkpoint (starting its write, waiting for it), logged on a later line
+    checkpoint_seconds: float | None = None
+    writer: CheckpointWriter = field(default_factory=CheckpointWriter)
+
+    def wait_for_checkpoint(self, *, raise_error: bool = True) -> None:
+        """Wait for the checkpoint being written (before the update changes the weights, and at the end)."""
+        waited = self.writer.wait(raise_error=raise_error)
+        if waited and self.checkpoint_seconds is not None:
+            self.checkpoint_seconds += waited
 
 
 class Timer:
@@ -137,17 +187,19 @@ def commit(run_dir: Path, config: Config, learner: Learner, state: TrainState, s
 
 
 def save(run_dir: Path, config: Config, learner: Learner, state: TrainState) -> None:
+    """Start writing the iteration's checkpoint (:class:`CheckpointWriter`); the small state is copied now."""
     payload = {
         "iteration": state.iteration,
         "policy": learner.policy.model.state_dict(),
         "optimizer": learner.optimizer.state_dict(),
         "critic": learner.critic.state_dict() if learner.critic is not None else None,
         "critic_optimizer": learner.critic_optimizer.state_dict() if learner.critic_optimizer else None,
-        "diagnostics": state.diagnostics.state_dict(),
-        "early_stop": state.early_stop.state_dict(),
+        "diagnostics": copy.deepcopy(state.diagnostics.state_dict()),
+        "early_stop": copy.deepcopy(state.early_stop.state_dict()),
         "rng": rng_state(),
     }
-    save_checkpoint(run_dir / "checkpoints", state.iteration, payload, keep=config.trainer.keep_checkpoints)
+    directory, iteration, keep = run_dir / "checkpoints", state.iteration, config.trainer.keep_checkpoints
+    state.writer.start(lambda: save_checkpoint(directory, iteration, payload, keep=keep))
 
 
 def restore(run_dir: Path, learner: Learner, state: TrainState) -> bool:
