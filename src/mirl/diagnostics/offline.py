@@ -1,11 +1,14 @@
-"""Offline diagnosis of saved rollouts: read episodes from JSONL, score them, summarise the MI family.
+"""Offline diagnosis of saved rollouts: read episodes from a file, score them, summarise the MI family.
 
-Two input formats, told apart by the first non-blank line:
+Input formats (``mirl.diagnostics.records.load_records`` tells them apart by the first record, or the caller
+names one):
 
-- mirl's own episode records (``mirl.rollout.io``, schema in ``docs/rollouts.md``): lines with ``"turns"``;
-- a generic chat format for rollouts from other frameworks (``docs/diagnose.md``): one JSON object per
-  trajectory with ``"messages"`` (a list of ``{"role": "system" | "user" | "assistant", "content": str}``) and
-  optionally ``"group"`` (any JSON scalar naming the prompt), ``"success"`` (bool) and ``"reward"`` (number).
+- mirl's own episode records (``mirl.rollout.io``, schema in ``docs/rollouts.md``): lines with ``"turns"``,
+  holding the exact sampled ids;
+- text from other frameworks (``mirl.diagnostics.formats``, ``docs/diagnose.md``): mirl's generic chat JSONL,
+  RAGEN's JSONL export, veRL's rollout dumps, TRL's logged completions, and ``{"prompt", "completion"}``
+  records. They are re-tokenised with the scoring model's tokenizer and chat template
+  (``mirl.diagnostics.retokenise``): X and Z are then not the exact sampled ids.
 
 A chat trajectory becomes an :class:`~mirl.types.Episode` with one turn per assistant message m. X is the
 model's chat template applied to ``messages[:m]`` with the generation prompt, followed by ``"<think>"``, encoded
@@ -22,40 +25,46 @@ import dataclasses
 import math
 import os
 import time
-from collections import Counter
 from collections.abc import Sequence
 
 import torch
 
 from mirl.config import DiagnosticsConfig
-from mirl.diagnostics.records import check_chat_record, check_token_ids, load_records
+from mirl.diagnostics.reasoning import ReasoningRegex, with_reasoning_regex
+from mirl.diagnostics.records import check_token_ids, load_records
 from mirl.diagnostics.run import DiagnosticsState, run_diagnostics
-from mirl.errors import InputFileError
-from mirl.types import EnvSpec, Episode, Turn
-
-_THINK_OPEN = "<think>"
+from mirl.types import Episode
 
 
-def read_rollouts(path: str | os.PathLike, tokenizer) -> list[Episode]:
-    """Episodes from a JSONL file in either format (module docstring); the tokenizer is used for chat records.
+def read_rollouts(path: str | os.PathLike, tokenizer, fmt: str = "auto", regex: ReasoningRegex | None = None):
+    """Episodes from a rollout file in any format mirl reads (``records.load_records``; ``fmt`` names one); text
+    formats are re-tokenised with ``tokenizer`` (``mirl.diagnostics.retokenise``).
 
     The whole file is checked first (:func:`mirl.diagnostics.records.load_records`), so a bad line is reported
     with its number and field before any tokenizing; call ``load_records`` yourself to check before loading a
     model, then :func:`episodes_from_records`.
     """
-    return episodes_from_records(*load_records(path), tokenizer, path=path)
+    return episodes_from_records(*load_records(path, fmt), tokenizer, path=path, regex=regex)
 
 
-def episodes_from_records(fmt: str, records: Sequence[dict], tokenizer, path=None, load_image=None) -> list[Episode]:
-    """Checked records (``load_records``) -> episodes: ``fmt`` is ``"mirl"`` or ``"chat"``. mirl records must
-    hold only ids the tokenizer has (``check_token_ids``; ``path`` words the error with the line number).
-    ``load_image(id)`` gives the turns of a vision run their images back (``mirl.rollout.io.image_loader``)."""
-    if fmt == "chat":
-        return read_chat_records(records, tokenizer)
+def episodes_from_records(
+    fmt: str, records: Sequence[dict], tokenizer, path=None, load_image=None, regex: ReasoningRegex | None = None
+) -> list[Episode]:
+    """Checked records (``load_records``) -> episodes. mirl records must hold only ids the tokenizer has
+    (``check_token_ids``; ``path`` words the error with the line number); ``load_image(id)`` gives the turns of a
+    vision run their images back (``mirl.rollout.io.image_loader``). Any other format is text, re-tokenised
+    (``retokenise.episodes_from_samples``). ``regex``: Z is found by it instead of the ``<think>`` tags."""
+    from mirl.diagnostics.formats import FORMATS
+    from mirl.diagnostics.retokenise import episodes_from_samples
+
     if fmt == "mirl":
         check_token_ids(records, len(tokenizer), path)
-        return _mirl_episodes(records, load_image)
-    raise ValueError(f"fmt must be 'mirl' or 'chat', got {fmt!r}")
+        episodes = _mirl_episodes(records, load_image)
+        return episodes if regex is None else with_reasoning_regex(episodes, regex, tokenizer)
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt must be 'mirl' or one of {sorted(FORMATS)}, got {fmt!r}")
+    samples = [FORMATS[fmt].sample(record) for record in records]
+    return episodes_from_samples(samples, tokenizer, regex, env=fmt, prefill=FORMATS[fmt].prefill)
 
 
 def _mirl_episodes(records: Sequence[dict], load_image=None) -> list[Episode]:
@@ -72,74 +81,8 @@ def _mirl_episodes(records: Sequence[dict], load_image=None) -> list[Episode]:
 
 
 def read_chat_records(records: Sequence[dict], tokenizer) -> list[Episode]:
-    """Episodes from generic chat records (module docstring), grouped by ``"group"`` or by their first X."""
-    if not getattr(tokenizer, "chat_template", None):
-        raise ValueError("the tokenizer has no chat template; chat records need one to render X (load a chat model)")
-    trajectories = [_chat_turns(record, n, tokenizer) for n, record in enumerate(records, 1)]
-    keys = [
-        ("group", record["group"]) if "group" in record else ("context", turns[0].context_ids if turns else ())
-        for record, turns in zip(records, trajectories, strict=True)
-    ]
-    group_of: dict = {}
-    samples: Counter[int] = Counter()
-    episodes = []
-    for record, turns, key in zip(records, trajectories, keys, strict=True):
-        group = group_of.setdefault(key, len(group_of))
-        sample, samples[group] = samples[group], samples[group] + 1
-        reward = float(record.get("reward", 0.0))
-        if turns and reward:
-            turns[-1] = dataclasses.replace(turns[-1], reward=reward)
-        episodes.append(
-            Episode(EnvSpec("chat", group), group, sample, tuple(turns), bool(record.get("success", False)), "external")
-        )
-    return episodes
-
-
-def _chat_turns(record: dict, line: int, tokenizer) -> list[Turn]:
-    from mirl.rollout.parsing import parse_reply, reasoning_span
-    from mirl.rollout.prompts import render_chat
-
-    messages = _normalised_messages(record, line)
-    turns = []
-    for m, message in enumerate(messages):
-        if message["role"] != "assistant":
-            continue
-        rendered = render_chat(tokenizer, messages[:m])
-        context_ids = tuple(tokenizer.encode(rendered + _THINK_OPEN, add_special_tokens=False))
-        body = message["content"][len(_THINK_OPEN) :]
-        response_ids = tuple(tokenizer.encode(body, add_special_tokens=False))
-        parsed = parse_reply(message["content"], None, 1)
-        observation = next((msg["content"] for msg in reversed(messages[:m]) if msg["role"] == "user"), "")
-        turns.append(
-            Turn(
-                context_ids=context_ids,
-                response_ids=response_ids,
-                response_logprobs=(math.nan,) * len(response_ids),
-                response_text=message["content"],
-                observation=observation,
-                reasoning_span=reasoning_span(tokenizer, response_ids),
-                actions=parsed.actions,
-                reward=0.0,
-                format_valid=parsed.format_valid,
-                actions_valid=parsed.format_valid and bool(parsed.actions),
-            )
-        )
-    return turns
-
-
-def _normalised_messages(record: dict, line: int) -> list[dict[str, str]]:
-    """The record's messages, each assistant content starting with ``<think>``; errors name the record."""
-    problem = check_chat_record(record)
-    if problem:
-        raise InputFileError(f"record {line}: {problem}")
-    out = []
-    for message in record["messages"]:
-        content = message["content"]
-        if message["role"] == "assistant":
-            stripped = content.lstrip()
-            content = stripped if stripped.startswith(_THINK_OPEN) else _THINK_OPEN + content
-        out.append({"role": message["role"], "content": content})
-    return out
+    """Episodes from checked chat records (module docstring), grouped by ``"group"`` or by their first X."""
+    return episodes_from_records("chat", records, tokenizer)
 
 
 def diagnose(

@@ -1,10 +1,18 @@
 """Reading and checking a rollout file before any model is loaded (``mirl diagnose`` reads the file first).
 
-:func:`load_records` returns the file's format (``"mirl"`` or ``"chat"``, told apart by the first record) and its
-JSON objects, each checked against its schema: mirl episodes (``docs/rollouts.md``) or chat trajectories
-(``docs/diagnose.md``). Every problem raises :class:`~mirl.errors.InputFileError` naming the file, the line and
-the field, e.g. ``runs/x/rollouts/iteration_000001.jsonl:3: field 'turns[0].reasoning_span' is missing``.
-Nothing in the file is executed or unpickled: it is parsed with ``json.loads`` only.
+:func:`load_records` returns the file's format and its records, each checked against its schema: mirl episodes
+(``docs/rollouts.md``), or one of the formats of other frameworks (``mirl.diagnostics.formats``: chat, RAGEN,
+veRL, TRL, prompt-completion; ``docs/diagnose.md``). The format is told by the first record's keys (a parquet
+file, by its magic bytes, is TRL's completions) or named by the caller; a named format the file does not hold
+is an error. Every problem raises :class:`~mirl.errors.InputFileError` naming the file, the line (or parquet
+row) and the field, e.g. ``runs/x/rollouts/iteration_000001.jsonl:3: field 'turns[0].reasoning_span' is
+missing``.
+
+Bounds: a JSONL file of at most :data:`MAX_FILE_BYTES`, lines of at most ``safeio.MAX_LINE_BYTES``, at most
+:data:`MAX_RECORDS` records, integers of at most ``safeio.MAX_INT_DIGITS`` digits (``safeio.parse_json``); a
+parquet file of at most :data:`MAX_PARQUET_BYTES` and :data:`MAX_RECORDS` rows, of which only the ``prompt``,
+``completion`` and ``step`` columns are read. FIFOs and devices are refused (``safeio.open_regular``). Nothing in
+a file is executed or unpickled.
 """
 
 from __future__ import annotations
@@ -17,9 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from mirl.errors import InputFileError
+from mirl.safeio import MAX_LINE_BYTES, WideIntegerError, open_regular, parse_json, read_bytes
 
 ROLES = ("system", "user", "assistant")
 MAX_FILE_BYTES = 4 << 30  # 4 GiB: far above any rollout file, below what would exhaust memory when read
+MAX_PARQUET_BYTES = 1 << 30  # 1 GiB compressed: TRL writes one generation batch per file, a few MiB
+MAX_RECORDS = 1_000_000  # trajectories per file; a training batch holds thousands
+PARQUET_MAGIC = b"PAR1"
 
 
 def _is_int(value: Any) -> bool:
@@ -71,34 +83,111 @@ TURN_FIELDS: dict[str, Check] = {
 }
 
 
-def load_records(path: str | os.PathLike) -> tuple[str, list[dict]]:
-    """``(format, records)`` of a rollout file, every record checked (module docstring)."""
+def load_records(path: str | os.PathLike, fmt: str = "auto") -> tuple[str, list[dict]]:
+    """``(format, records)`` of a rollout file, every record checked (module docstring). ``fmt``: one of
+    ``formats.CHOICES``; ``"auto"`` detects it from the first record (a parquet file is TRL's completions)."""
+    from mirl.diagnostics.formats import CHOICES, FORMATS, detect
+
+    if fmt not in CHOICES:
+        raise ValueError(f"fmt must be one of {CHOICES}, got {fmt!r}")
     path = Path(path)
-    lines = _read_lines(path)
-    numbered = [(n, _parse_line(path, n, line)) for n, line in lines]
+    if _is_parquet(path):
+        numbered = _parquet_rows(path, fmt)
+        detected = "trl"
+    else:
+        numbered = [(f"{path}:{n}", _parse_line(path, n, line)) for n, line in _read_lines(path)]
+        detected = detect(numbered[0][1])
     first = numbered[0][1]
-    if "messages" in first:
-        fmt, check = "chat", check_chat_record
-    elif "turns" in first:
-        fmt, check = "mirl", check_episode_record
-    elif "iteration" in first and any(str(key).startswith(("rollout/", "diag/", "train/")) for key in first):
+    if detected is None:
+        _refuse_unknown(path, numbered[0][0], first)
+    chosen = detected if fmt == "auto" else fmt
+    if chosen != detected and not _holds_keys(first, chosen):
+        raise InputFileError(
+            f"{numbered[0][0]}: --format {chosen} reads {_described(chosen)}, but this file holds "
+            f"{_described(detected)}; pass --format {detected} or leave --format out"
+        )
+    check = check_episode_record if chosen == "mirl" else FORMATS[chosen].check
+    for label, record in numbered:
+        problem = check(record)
+        if problem:
+            doc = "docs/rollouts.md" if chosen == "mirl" else "docs/diagnose.md"
+            raise InputFileError(f"{label}: {problem}; see {doc}")
+    return chosen, [record for _, record in numbered]
+
+
+def _described(fmt: str) -> str:
+    from mirl.diagnostics.formats import FORMATS
+
+    if fmt == "mirl":
+        return "mirl episodes ('turns')"
+    return f"{FORMATS[fmt].described} ({', '.join(repr(key) for key in FORMATS[fmt].keys)})"
+
+
+def _holds_keys(record: dict, fmt: str) -> bool:
+    from mirl.diagnostics.formats import FORMATS
+
+    return "turns" in record if fmt == "mirl" else all(key in record for key in FORMATS[fmt].keys)
+
+
+def _refuse_unknown(path: Path, label: str, first: dict) -> None:
+    if "iteration" in first and any(str(key).startswith(("rollout/", "diag/", "train/")) for key in first):
         raise InputFileError(
             f"{path} is a run's metrics file (one line per iteration), not rollouts; pass the run directory or a "
             "file of its rollouts/ folder, e.g. runs/<name>/rollouts/iteration_000004.jsonl"
         )
-    else:
-        keys = sorted(map(str, first))
-        shown = ", ".join(keys[:8]) + (f", ... ({len(keys)} keys)" if len(keys) > 8 else "")
+    keys = sorted(map(str, first))
+    shown = ", ".join(keys[:8]) + (f", ... ({len(keys)} keys)" if len(keys) > 8 else "")
+    raise InputFileError(
+        f"{label}: the first record has neither 'turns' (mirl episodes) nor the keys of another format mirl "
+        f"reads ('messages'; veRL's 'input', 'output'; 'prompt', 'completion'), got keys {shown}; see "
+        "docs/diagnose.md"
+    )
+
+
+def _is_parquet(path: Path) -> bool:
+    """Parquet files begin with the magic bytes ``PAR1`` (a JSONL file begins with ``{`` or a blank)."""
+    if not path.is_file():
+        return False
+    with open_regular(path) as handle:
+        return handle.read(4) == PARQUET_MAGIC
+
+
+def _parquet_rows(path: Path, fmt: str) -> list[tuple[str, dict]]:
+    """The ``prompt``, ``completion`` (and ``step``) columns of a parquet file, one dict per row, bounded in
+    bytes and rows. Only those columns are read; nothing is unpickled (pyarrow >= 14.0.1 never unpickles)."""
+    if fmt not in ("auto", "trl", "prompt-completion"):
         raise InputFileError(
-            f"{path}:{numbered[0][0]}: the first record has neither 'turns' (mirl episodes) nor 'messages' (chat "
-            f"format), got keys {shown}; see docs/diagnose.md"
+            f"{path} is a parquet file (TRL's completions) and --format {fmt} reads JSONL; pass --format trl or "
+            "leave --format out"
         )
-    for number, record in numbered:
-        problem = check(record)
-        if problem:
-            doc = "docs/diagnose.md" if fmt == "chat" else "docs/rollouts.md"
-            raise InputFileError(f"{path}:{number}: {problem}; see {doc}")
-    return fmt, [record for _, record in numbered]
+    try:
+        import pyarrow
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ImportError(
+            f"reading {path.name} (TRL's parquet completions) needs pyarrow; pip install 'mirl[data]'"
+        ) from None
+    with open_regular(path) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size > MAX_PARQUET_BYTES:
+            raise InputFileError(f"{path} is {size} bytes; split it (at most {MAX_PARQUET_BYTES} bytes)")
+        try:
+            parquet = pq.ParquetFile(handle)
+            names = parquet.schema_arrow.names
+            if not {"prompt", "completion"} <= set(names):
+                raise InputFileError(
+                    f"{path}: a parquet file of completions needs columns 'prompt' and 'completion' (TRL's "
+                    f"log_completions), got {', '.join(names[:8])}; see docs/diagnose.md"
+                )
+            if parquet.metadata.num_rows > MAX_RECORDS:
+                raise InputFileError(f"{path} holds {parquet.metadata.num_rows} rows (at most {MAX_RECORDS})")
+            table = parquet.read(columns=[name for name in ("prompt", "completion", "step") if name in names])
+        except (pyarrow.ArrowException, OSError) as error:
+            raise InputFileError(f"{path} is not a readable parquet file ({str(error)[:200]})") from None
+    rows = table.to_pylist()
+    if not rows:
+        raise InputFileError(f"{path} holds no rows; expected one completion per row")
+    return [(f"{path}: row {n}", row) for n, row in enumerate(rows, 1)]
 
 
 def _read_lines(path: Path) -> list[tuple[int, str]]:
@@ -110,20 +199,25 @@ def _read_lines(path: Path) -> list[tuple[int, str]]:
     if path.stat().st_size > MAX_FILE_BYTES:
         raise InputFileError(f"{path} is {path.stat().st_size} bytes; split it (at most {MAX_FILE_BYTES} bytes)")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bytes(path, MAX_FILE_BYTES).decode("utf-8")
     except UnicodeDecodeError as err:
         raise InputFileError(f"{path} is not UTF-8 text ({err.reason} at byte {err.start}); expected JSONL") from None
     lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
     if not lines:
         raise InputFileError(f"{path} holds no JSON lines; expected one episode or trajectory per line")
+    if len(lines) > MAX_RECORDS:
+        raise InputFileError(f"{path} holds {len(lines)} lines (at most {MAX_RECORDS}); split it")
     return lines
 
 
 def _parse_line(path: Path, number: int, line: str) -> dict:
+    if len(line) > MAX_LINE_BYTES:
+        raise InputFileError(f"{path}:{number}: longer than {MAX_LINE_BYTES} characters; expected one record")
     try:
-        record = json.loads(line)
-    except (json.JSONDecodeError, RecursionError) as err:
-        reason = err.msg if isinstance(err, json.JSONDecodeError) else "nested too deeply"
+        record = parse_json(line)
+    except (json.JSONDecodeError, RecursionError, WideIntegerError) as err:
+        reasons = {json.JSONDecodeError: getattr(err, "msg", ""), RecursionError: "nested too deeply"}
+        reason = reasons.get(type(err), str(err))
         raise InputFileError(f"{path}:{number}: not valid JSON ({reason}); expected one object per line") from None
     if not isinstance(record, dict):
         raise InputFileError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
@@ -196,21 +290,7 @@ def _line_of(path: str | os.PathLike, index: int) -> int:
 
 
 def check_chat_record(record: dict) -> str | None:
-    """What is wrong with one chat trajectory record, or None."""
-    messages = record.get("messages")
-    if not isinstance(messages, list) or not messages:
-        return "field 'messages' must be a non-empty list of {role, content} objects"
-    for k, message in enumerate(messages):
-        if (
-            not isinstance(message, dict)
-            or message.get("role") not in ROLES
-            or not isinstance(message.get("content"), str)
-        ):
-            return f"message {k}: expected {{'role': one of {list(ROLES)}, 'content': str}}, got {_short(message)}"
-    if "group" in record and isinstance(record["group"], dict | list):
-        return f"field 'group' must be a string, a number, true/false or null, got {_short(record['group'])}"
-    if "reward" in record and not _is_finite(record["reward"]):
-        return f"field 'reward' must be a finite number, got {_short(record['reward'])}"
-    if "success" in record and not isinstance(record["success"], bool):
-        return f"field 'success' must be true or false, got {_short(record['success'])}"
-    return None
+    """What is wrong with one chat trajectory record, or None (``formats.check_chat``)."""
+    from mirl.diagnostics.formats import check_chat
+
+    return check_chat(record)
