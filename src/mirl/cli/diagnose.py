@@ -1,7 +1,8 @@
 """``mirl diagnose ROLLOUTS.jsonl --model M``: is the reasoning in saved rollouts still input-dependent?
 
-Reads mirl episode records or generic chat JSONL (``docs/diagnose.md``), cross-scores (X, Z) pairs with the
-model, and prints per scope the MI family (per-token ``est``: MI-Est against its bound log N, MI-ZScore, and
+Reads mirl episode records, or what other frameworks write (veRL's rollout dumps, TRL's logged completions,
+RAGEN's JSONL export, chat JSONL, prompt/completion JSONL; ``docs/diagnose.md``), cross-scores (X, Z) pairs with
+the model, and prints per scope the MI family (per-token ``est``: MI-Est against its bound log N, MI-ZScore, and
 the per-sequence MI-Est), retrieval@k against chance, H(Z|X), H(Z) and the regime. ``--out FILE.json`` writes
 the same numbers, plus every catalogue key, as JSON. The generator of the pair samplers is seeded with
 ``--seed``, so a diagnosis is reproducible.
@@ -18,7 +19,9 @@ from pathlib import Path
 
 SCOPE_CHOICES = ("first_turn", "trajectory", "turn_position", "all")
 DEFAULT_SCOPES = ("first_turn", "trajectory")
-ITERATION_FILE = re.compile(r"iteration_\d+\.jsonl")  # the rollout files of a run (trainer/run.py)
+ITERATION_FILE = re.compile(r"iteration_(\d+)\.jsonl")  # the rollout files of a run (trainer/run.py)
+VERL_STEP_FILE = re.compile(r"(\d+)\.jsonl")  # veRL's trainer.rollout_data_dir: one <step>.jsonl per step
+TRL_COMPLETIONS_FILE = re.compile(r"completions_(\d+)\.parquet")  # TRL: <output_dir>/completions/
 MAX_PAIRS = 100_000  # rows scored per scope; far beyond any rollout file, far below what exhausts memory
 
 
@@ -29,7 +32,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "rollouts",
         metavar="ROLLOUTS.jsonl",
-        help="mirl episodes or generic chat JSONL; a run directory or its rollouts/ folder means its newest file",
+        help="a rollout file (mirl, veRL, TRL, RAGEN, chat, prompt/completion); a directory (a mirl run or its "
+        "rollouts/, veRL's rollout_data_dir, TRL's output_dir or its completions/) means its newest file",
+    )
+    parser.add_argument(
+        "--format",
+        default="auto",
+        choices=("auto", "mirl", "chat", "verl", "trl", "ragen", "prompt-completion"),
+        help="the file's format (default auto: told from its content)",
     )
     parser.add_argument(
         "--model",
@@ -58,6 +68,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="Z is the text inside <think>...</think> (closed, the default) or also an unclosed <think> (open); "
         "default a run's own diagnostics.reasoning",
     )
+    parser.add_argument(
+        "--reasoning-regex",
+        metavar="PATTERN",
+        help="Z is capture group 1 of the first match in each reply, for other tag conventions, e.g. "
+        "'<reasoning>(.*?)</reasoning>' (DOTALL); replaces --reasoning",
+    )
     parser.add_argument("--out", type=Path, help="write the results as JSON to this file")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     parser.add_argument("--dtype", default="auto", help="auto (float32 on CPU), float32, bfloat16, float16")
@@ -78,20 +94,37 @@ def scopes_of(choices: list[str] | None) -> list[str]:
 
 
 def rollout_file(path: str | Path) -> Path:
-    """``path`` itself, or for a run directory or its ``rollouts/`` folder the newest ``iteration_*.jsonl`` in it
-    (said on stderr). Links are not followed into a run's folders (``os.scandir`` sees them as links)."""
+    """``path`` itself, or for a directory its newest rollout file (said on stderr): a mirl run or its
+    ``rollouts/`` (``iteration_N.jsonl``), veRL's ``rollout_data_dir`` (``<step>.jsonl``), TRL's ``output_dir`` or
+    its ``completions/`` (``completions_N.parquet``). Links are not followed into these folders (``os.scandir``
+    sees them as links)."""
     from mirl.errors import UserError
 
     path = Path(path)
-    folder = path / "rollouts" if (path / "rollouts").is_dir() and not (path / "rollouts").is_symlink() else path
-    if not folder.is_dir():
+    if not path.is_dir():
         return path
-    with os.scandir(folder) as entries:
-        files = sorted(e.name for e in entries if ITERATION_FILE.fullmatch(e.name) and e.is_file(follow_symlinks=False))
-    if not files:
-        raise UserError(f"{str(path)!r} is a directory without rollout files (iteration_N.jsonl); pass a .jsonl file")
-    print(f"mirl diagnose: scoring {folder / files[-1]}, the newest of {len(files)} rollout files", file=sys.stderr)
-    return folder / files[-1]
+    places = [(path / "rollouts", ITERATION_FILE), (path, ITERATION_FILE), (path, VERL_STEP_FILE)]
+    places += [(path / "completions", TRL_COMPLETIONS_FILE), (path, TRL_COMPLETIONS_FILE)]
+    for folder, pattern in places:
+        if folder.is_symlink() or not folder.is_dir():
+            continue
+        with os.scandir(folder) as entries:
+            numbered = [
+                (int(match.group(1)), entry.name)
+                for entry in entries
+                if (match := pattern.fullmatch(entry.name)) and entry.is_file(follow_symlinks=False)
+            ]
+        if numbered:
+            newest = max(numbered)[1]
+            print(
+                f"mirl diagnose: scoring {folder / newest}, the newest of {len(numbered)} rollout files",
+                file=sys.stderr,
+            )
+            return folder / newest
+    raise UserError(
+        f"{str(path)!r} is a directory without rollout files (mirl's iteration_N.jsonl, veRL's <step>.jsonl, TRL's "
+        "completions_N.parquet); pass a rollout file"
+    )
 
 
 def run_settings(rollouts: Path, args: argparse.Namespace) -> None:
@@ -141,9 +174,17 @@ def run_diagnose(args: argparse.Namespace) -> int:
     if args.pairs is not None and args.pairs > MAX_PAIRS:  # each pair is a sampled row; the paper uses 64
         raise UserError(f"--pairs must be at most {MAX_PAIRS}, got {args.pairs}; e.g. --pairs 256")
     check_output_file(args.out)
+    regex = None
+    if args.reasoning_regex is not None:
+        from mirl.diagnostics.reasoning import ReasoningRegex
+
+        if args.reasoning is not None:
+            raise UserError("--reasoning and --reasoning-regex both say what Z is; pass one of them")
+        regex = ReasoningRegex.compile(args.reasoning_regex)
+        args.reasoning = "closed"  # the regex's spans are final: nothing is re-read as open
     args.rollouts = rollout_file(args.rollouts)
     run_settings(Path(args.rollouts), args)
-    fmt, records = load_records(args.rollouts)  # a bad file fails here, before a model is loaded
+    fmt, records = load_records(args.rollouts, args.format)  # a bad file fails here, before a model is loaded
     policy = load_policy(args.model, device=args.device, dtype=args.dtype, max_batch_tokens=args.max_batch_tokens)
     report = diagnose_records(
         args.rollouts,
@@ -156,6 +197,7 @@ def run_diagnose(args: argparse.Namespace) -> int:
         mode=args.mode,
         action_dependence=args.action_dependence,
         reasoning=args.reasoning,
+        regex=regex,
     )
     report["model"] = args.model
     print_report(report)
@@ -185,14 +227,18 @@ def load_policy(model: str, *, device: str, dtype: str, max_batch_tokens: int):
 
 
 def diagnose_records(
-    path, fmt: str, records, policy, *, scopes, num_pairs, seed, mode, action_dependence, reasoning="closed"
+    path, fmt: str, records, policy, *, scopes, num_pairs, seed, mode, action_dependence, reasoning="closed", regex=None
 ) -> dict:
-    """Diagnose checked records (``load_records``) with ``policy``; the JSON-ready report (without the model)."""
+    """Diagnose checked records (``load_records``) with ``policy``; the JSON-ready report (without the model).
+    ``regex``: a :class:`~mirl.diagnostics.reasoning.ReasoningRegex` that finds Z instead of the tags."""
     from mirl.cli.progress import work_bar
     from mirl.diagnostics.offline import diagnose, episodes_from_records, summary_rows
     from mirl.rollout.prompts import EXAMPLE_REASONING
 
-    episodes = episodes_from_records(fmt, records, policy.tokenizer, path=path, load_image=_image_loader(path, policy))
+    load_image = _image_loader(path, policy)
+    episodes = episodes_from_records(fmt, records, policy.tokenizer, path=path, load_image=load_image, regex=regex)
+    note = input_note(fmt, records, episodes)
+    print(f"mirl diagnose: {note}", file=sys.stderr)
     plan = f"scoring {{total:,}} tokens ({mode} mode; {len(episodes)} episodes, up to {num_pairs} pairs per scope)"
     with work_bar("scoring", "tokens", plan) as progress:
         metrics = diagnose(
@@ -209,6 +255,10 @@ def diagnose_records(
         )
     return {
         "rollouts": str(path),
+        "format": fmt,
+        "tokens": "exact" if fmt == "mirl" else "re-tokenised",
+        "input": note,
+        "reasoning": f"regex {regex.pattern}" if regex is not None else reasoning,
         "episodes": len(episodes),
         "scopes": list(scopes),
         "pairs": num_pairs,
@@ -217,6 +267,25 @@ def diagnose_records(
         "summary": summary_rows(metrics),
         "metrics": metrics,
     }
+
+
+def input_note(fmt: str, records, episodes) -> str:
+    """What was read and how it became tokens, in one sentence for stderr and the report."""
+    from mirl.diagnostics.formats import FORMATS, group_source
+
+    groups = len({episode.group for episode in episodes})
+    if fmt == "mirl":
+        return f"{len(episodes)} mirl episodes in {groups} groups, scored on their exact sampled token ids"
+    spec = FORMATS[fmt]
+    template = (
+        " and chat template" if any(not isinstance(r.get("prompt", r.get("input")), str) for r in records) else ""
+    )
+    caveat = f"; {spec.caveat}" if spec.caveat else ""
+    return (
+        f"{len(episodes)} trajectories of {spec.described}, in {groups} groups from {group_source(fmt, records)}; "
+        f"the text is re-tokenised with the scoring model's tokenizer{template}, so X and Z are not the exact "
+        f"sampled ids{caveat}"
+    )
 
 
 ROWS = (
@@ -262,6 +331,8 @@ def print_report(report: dict) -> None:
             continue
         table.add_row(label, *(fmt.format(row[key]) if key in row else "-" for row in report["summary"]))
     console.print(table)
+    if report.get("tokens") == "re-tokenised":
+        console.print(f"input: {report['input']}")
     console.print("chance@k = min(1, k x share of columns holding the row's own prompt)")
     if any("mi_contrast" in row for row in report["summary"]):
         console.print(
