@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import warnings
 
 import torch
 
@@ -95,8 +96,11 @@ def lora_model(model, *, rank: int, alpha: float, seed: int):
         lora_dropout=0.0,
         task_type="CAUSAL_LM",
     )
-    with torch.random.fork_rng(devices=[]):  # LoRA init draws from the global RNG: keep it reproducible and local
-        torch.manual_seed(seed)
+    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+        torch.manual_seed(seed)  # LoRA init draws from the global RNG: keep it reproducible and local
+        # peft (through 0.21) reads transformers' deprecated `is_gradient_checkpointing` while wrapping: nothing
+        # mirl can change, and mirl's own checkpointing does not use the flag (mirl.policy.checkpointing)
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
         return get_peft_model(model, lora)
 
 
