@@ -297,3 +297,11 @@ def test_files_past_the_record_and_line_limits_are_refused(tmp_path, monkeypatch
     monkeypatch.setattr(records_module, "MAX_LINE_BYTES", 1 << 20)
     with pytest.raises(InputFileError, match="wide.jsonl:1: not valid JSON \\(an integer of 30 digits"):
         load_records(wide)
+
+
+@pytest.mark.parametrize("module", ["formats", "retokenise", "reasoning"])
+def test_doctests(module):
+    import doctest
+    import importlib
+
+    assert doctest.testmod(importlib.import_module(f"mirl.diagnostics.{module}")).failed == 0
