@@ -111,11 +111,11 @@ class ReasoningRegex:
 def token_span(tokenizer, ids: Sequence[int], chars: tuple[int, int] | None) -> tuple[int, int] | None:
     """The smallest ``[start, end)`` of ``ids`` covering characters ``chars`` of their decoded text (the rule of
     :func:`mirl.rollout.parsing.reasoning_span`: a token straddling a boundary belongs to Z)."""
-    from mirl.rollout.parsing import _token_at
+    from mirl.rollout.parsing import token_at
 
     if chars is None or not ids:
         return None
-    return _token_at(tokenizer, ids, chars[0], complete=False), _token_at(tokenizer, ids, chars[1] - 1, True) + 1
+    return token_at(tokenizer, ids, chars[0], complete=False), token_at(tokenizer, ids, chars[1] - 1, True) + 1
 
 
 def with_reasoning_regex(episodes: Sequence[Episode], rule: ReasoningRegex, tokenizer) -> list[Episode]:

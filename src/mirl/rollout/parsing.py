@@ -125,7 +125,7 @@ def _decoded_length(tokenizer, ids: Sequence[int], complete: bool) -> int:
     return len(text.rstrip("\ufffd")) if complete else len(text)
 
 
-def _token_at(tokenizer, ids: Sequence[int], char: int, complete: bool) -> int:
+def token_at(tokenizer, ids: Sequence[int], char: int, complete: bool) -> int:
     """Index of the token that starts (or, with ``complete``, completes) character ``char`` of ``decode(ids)``.
 
     That is the smallest ``t`` with ``length(ids[:t + 1]) > char``; both lengths grow with ``t``, so a binary
@@ -159,6 +159,6 @@ def reasoning_span(tokenizer, response_ids: Sequence[int], *, open_ended: bool =
         return None
     first_char = len(inner) - len(inner.lstrip())
     last_char = first_char + len(stripped) - 1
-    start = _token_at(tokenizer, response_ids, first_char, complete=False)
-    end = _token_at(tokenizer, response_ids, last_char, complete=True) + 1
+    start = token_at(tokenizer, response_ids, first_char, complete=False)
+    end = token_at(tokenizer, response_ids, last_char, complete=True) + 1
     return start, end
