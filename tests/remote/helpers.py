@@ -56,7 +56,7 @@ def assert_same_episodes(remote, local) -> None:
 
 
 def server_python() -> str:
-    """The Python that runs ``mirl serve-env``: ``$MIRL_SERVE_PYTHON`` (an environment with openenv-core, for the
+    """The Python that runs ``mirl serve-env``: ``$MIRL_SERVE_PYTHON`` (an environment with openenv, for the
     veRL and TRL environments that have only the client's ``websockets``), else this one."""
     return os.environ.get("MIRL_SERVE_PYTHON", sys.executable)
 
@@ -70,7 +70,7 @@ def skip_without_server() -> None:
     pytest.importorskip("websockets", reason="the openenv client needs websockets: pip install 'mirl[serve]'")
     if importlib.util.find_spec("openenv") is None and "MIRL_SERVE_PYTHON" not in os.environ:
         pytest.skip(
-            "a server needs openenv-core: pip install 'mirl[serve]', or set MIRL_SERVE_PYTHON to a Python with it"
+            "a server needs openenv 0.10: pip install 'mirl[serve]', or set MIRL_SERVE_PYTHON to a Python with it"
         )
 
 

@@ -9,7 +9,7 @@ from mirl.envs import check_env, make
 
 from .helpers import served
 
-pytest.importorskip("openenv", reason="the remote envs need openenv-core: pip install 'mirl[serve]'")
+pytest.importorskip("openenv", reason="the remote envs need openenv 0.10: pip install 'mirl[serve]'")
 
 
 @pytest.mark.parametrize(

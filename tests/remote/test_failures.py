@@ -19,7 +19,7 @@ from mirl.types import EnvSpec
 from .fake_servers import misbehaving
 from .helpers import assert_same_episodes, policy_for, rollout_config, served
 
-pytest.importorskip("openenv", reason="the remote envs need openenv-core: pip install 'mirl[serve]'")
+pytest.importorskip("openenv", reason="the remote envs need openenv 0.10: pip install 'mirl[serve]'")
 
 MOVE = "go</think><answer>Up</answer>"
 

@@ -12,7 +12,7 @@ from mirl.types import EnvSpec
 
 from .helpers import assert_same_episodes, policy_for, rollout_config, served
 
-pytest.importorskip("openenv", reason="the remote envs need openenv-core: pip install 'mirl[serve]'")
+pytest.importorskip("openenv", reason="the remote envs need openenv 0.10: pip install 'mirl[serve]'")
 
 LOCAL_ENVS = sorted(name for name in registry if name != "openenv")
 SEEDS = (0, 1, 5)
