@@ -23,7 +23,7 @@ from mirl.envs.remote.server import ServeSettings, open_envs, serving
 
 from ..remote.helpers import get, served
 
-pytest.importorskip("openenv", reason="the remote envs need openenv-core: pip install 'mirl[serve]'")
+pytest.importorskip("openenv", reason="the remote envs need openenv 0.10: pip install 'mirl[serve]'")
 pytest.importorskip("websockets", reason="the attacks speak WebSocket: pip install 'mirl[serve]'")
 
 LIMITS = ("--max-sessions", "4", "--idle-timeout", "5", "--header-timeout", "2")
@@ -296,8 +296,15 @@ def test_bad_inputs_get_4xx_not_500(server):
         ("/reset", b'{"seed": 1, "extra": 2}'),
         ("/reset", b'{"seed": NaN}'),
         ("/reset", b'{"seed": ' + b"9" * 5000 + b"}"),
+        ("/reset", b'{"split": "validation", "index": ' + b"9" * 20 + b"}"),
+        ("/frozenlake/task", b'{"split": "train", "index": ' + b"9" * 5000 + b"}"),
+        ("/frozenlake/task_range", b'{"split": "train", "start": 0, "stop": ' + b"9" * 20 + b"}"),  # 10^20 tasks
+        ("/frozenlake/tasks", b'{"split": {"name": "train"}}'),
+        ("/frozenlake/num_tasks", b'{"split": "' + b"x" * 60_000 + b'"}'),
     ]
     for path, body in cases:
         status, text = get(url, path, json_type, body)
         assert 400 <= status < 500, (path, body[:40], status, text[:200])
+        assert len(text) < 1000, (path, len(text))  # the error names the problem, not the input
     assert get(url, "/reset", json_type, b'{"seed": 3}')[0] == 200
+    health_within(url)

@@ -13,7 +13,7 @@ import pytest
 
 from ..remote.helpers import get, served
 
-pytest.importorskip("openenv", reason="the remote envs need openenv-core: pip install 'mirl[serve]'")
+pytest.importorskip("openenv", reason="the remote envs need openenv 0.10: pip install 'mirl[serve]'")
 
 LIMITS = ("--max-sessions", "4", "--idle-timeout", "2", "--header-timeout", "2", "--max-message-bytes", "65536")
 
@@ -36,11 +36,11 @@ def assert_healthy_and_empty(url: str, within: float = 0.0) -> None:
     assert (capacity["active_sessions"], capacity["open_envs"]) == (0, 0), capacity
 
 
-def ws(url: str, *, max_size: int | None = 1 << 20, headers: dict | None = None):
+def ws(url: str, *, max_size: int | None = 1 << 20, headers: dict | None = None, path: str = "/ws"):
     from websockets.sync.client import connect
 
     return connect(
-        url.replace("http://", "ws://") + "/ws",
+        url.replace("http://", "ws://") + path,
         max_size=max_size,
         additional_headers=headers,
         open_timeout=10,
@@ -89,7 +89,7 @@ def test_malformed_json_and_bad_messages_get_errors_and_the_session_survives(ser
         assert json.loads(connection.recv(timeout=10))["type"] == "observation"
     from websockets.exceptions import ConnectionClosed
 
-    with ws(url) as connection:  # JSON that is not an object: openenv-core answers with an error and ends the session
+    with ws(url) as connection:  # JSON that is not an object: openenv answers with an error and ends the session
         connection.send("[]")
         assert json.loads(connection.recv(timeout=10))["type"] == "error"
         with pytest.raises(ConnectionClosed):
@@ -112,18 +112,34 @@ def test_unknown_session_ids_are_refused(server):
     assert_healthy_and_empty(url, within=5)
 
 
+def test_a_websocket_cannot_attach_to_another_session(server):
+    # openenv 0.10 attaches /ws?session_id=ID to the session ID holds: a session is its own socket, so it is refused
+    from websockets.exceptions import InvalidStatus
+
+    url, _ = server
+    with ws(url) as holder:
+        holder.send(json.dumps({"type": "reset", "data": {"seed": 0}}))
+        assert json.loads(holder.recv(timeout=10))["type"] == "observation"
+        for query in ("session_id=no-such-session", "session_id=", "a=1&session_id=x", "session%5Fid=x"):
+            with pytest.raises(InvalidStatus) as refused:
+                ws(url, path=f"/ws?{query}").close()
+            assert refused.value.response.status_code == 403
+        holder.send(json.dumps({"type": "step", "data": {"action": "Up"}}))  # the holder's session is unharmed
+        assert json.loads(holder.recv(timeout=10))["type"] == "observation"
+    assert_healthy_and_empty(url, within=5)
+
+
 def test_session_exhaustion_is_capped_and_idle_sessions_expire(server):
     url, _ = server
-    holders = [ws(url) for _ in range(4)]
-    for connection in holders:
-        connection.send(json.dumps({"type": "reset", "data": {"seed": 0}}))
-        assert json.loads(connection.recv(timeout=10))["type"] == "observation"
-    with ws(url) as extra:  # refused at once: the server says why and closes
-        assert json.loads(extra.recv(timeout=10))["data"]["code"] == "CAPACITY_REACHED"
-    assert json.loads(get(url, "/capacity")[1])["active_sessions"] == 4
-    assert_healthy_and_empty(url, within=8)  # the holders went silent: expired after the 2 s idle timeout
-    for connection in holders:
-        connection.close()
+    with contextlib.ExitStack() as holding:
+        holders = [holding.enter_context(ws(url)) for _ in range(4)]
+        for connection in holders:
+            connection.send(json.dumps({"type": "reset", "data": {"seed": 0}}))
+            assert json.loads(connection.recv(timeout=10))["type"] == "observation"
+        with ws(url) as extra:  # refused at once: the server says why and closes
+            assert json.loads(extra.recv(timeout=10))["data"]["code"] == "CAPACITY_REACHED"
+        assert json.loads(get(url, "/capacity")[1])["active_sessions"] == 4
+        assert_healthy_and_empty(url, within=8)  # the holders went silent: expired after the 2 s idle timeout
     with ws(url) as fresh:  # and the slots are free again
         fresh.send(json.dumps({"type": "reset", "data": {"seed": 0}}))
         assert json.loads(fresh.recv(timeout=10))["type"] == "observation"

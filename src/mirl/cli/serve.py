@@ -1,4 +1,10 @@
-"""``mirl serve-env NAME [key=value ...]``: serve a registered env over OpenEnv (:mod:`mirl.envs.remote.server`).
+"""``mirl serve-env NAME [key=value ...]``: serve a registered env over OpenEnv (:mod:`mirl.envs.remote.server`, on
+the ``openenv`` 0.10 package: ``pip install 'mirl[serve]'``).
+
+The env's train and validation splits are listed through OpenEnv's task API (``GET /NAME/splits``, ``POST
+/NAME/num_tasks``, ``/NAME/task``, ...; :mod:`mirl.envs.remote.tasks`): task ``i`` of ``train`` is seed ``2i``,
+of ``validation`` seed ``2i + 1``, and a reset may name one (``{"split": "validation", "index": 3}``). An env
+option ``split=...`` serves and lists that split only.
 
 ``NAME`` may also be ``module:attribute`` or ``path/to/file.py:attribute`` naming a :class:`mirl.envs.task.Task`
 (docs/your-task.md); its env is served under the task's name, with ``split=train`` unless an option says otherwise.
@@ -22,7 +28,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from mirl.envs.remote.server import ServeSettings
 
     defaults = ServeSettings()
-    serve = subparsers.add_parser("serve-env", help="serve an environment over OpenEnv (HTTP + WebSocket)")
+    serve = subparsers.add_parser(
+        "serve-env", help="serve an environment over OpenEnv (HTTP + WebSocket; train and validation tasks listed)"
+    )
     serve.add_argument(
         "env", metavar="ENV", help="a registered environment name (see `mirl envs`), or MODULE:NAME of a mirl Task"
     )

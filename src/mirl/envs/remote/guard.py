@@ -1,7 +1,7 @@
-"""Limits a served env enforces in front of ``openenv-core``'s routes, so that no client can make the server hold
+"""Limits a served env enforces in front of ``openenv``'s routes, so that no client can make the server hold
 more than it bounds: bodies, sessions, connections, buffers and time.
 
-:class:`Guard` is ASGI middleware around the FastAPI app ``openenv-core`` builds:
+:class:`Guard` is ASGI middleware around the FastAPI app ``openenv`` builds:
 
 - an HTTP body above ``max_bytes`` is refused with 413, by its ``Content-Length`` or, when streamed, as soon as
   the count passes the limit; a body must arrive within ``body_s`` seconds (408), and the bodies of all
@@ -13,8 +13,10 @@ more than it bounds: bodies, sessions, connections, buffers and time.
 - with a token set, every route except ``/health`` needs ``Authorization: Bearer <token>`` (401 over HTTP; a
   WebSocket is closed with code 1008 before it is accepted), compared in constant time;
 - MCP is not served in any form: ``/mcp`` over HTTP and WebSocket gets 404, and an ``{"type": "mcp"}`` message
-  inside ``/ws`` an error reply without reaching ``openenv-core`` (which would open or close sessions by id);
-- a WebSocket that sends nothing for ``idle_s`` seconds is treated as disconnected, so ``openenv-core`` ends its
+  inside ``/ws`` an error reply without reaching ``openenv`` (which would open or close sessions by id);
+- a WebSocket is its own session: ``/ws?session_id=...`` (``openenv``'s way to attach a socket to a session that
+  already exists, by its id) is closed with code 1008 before it is accepted;
+- a WebSocket that sends nothing for ``idle_s`` seconds is treated as disconnected, so ``openenv`` ends its
   session and closes the env (an env busy with a step is not idle: the wait starts when the server waits for the
   next message).
 
@@ -56,7 +58,7 @@ class Capacity:
 
 
 class Guard:
-    """ASGI middleware in front of ``openenv-core``'s app (see the module docstring)."""
+    """ASGI middleware in front of ``openenv``'s app (see the module docstring)."""
 
     def __init__(
         self,
@@ -80,6 +82,8 @@ class Guard:
         if scope["path"].rstrip("/") in CLOSED_PATHS:
             return await _refuse(scope, send, 404, "not served: mirl envs do not speak MCP")
         if scope["type"] == "websocket":
+            if _names_a_session(scope):
+                return await _refuse(scope, send, 400, "session_id is not served: each WebSocket is its own session")
             return await self._websocket(scope, receive, send)
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
@@ -109,7 +113,7 @@ class Guard:
     async def _websocket(self, scope, receive, send):
         from starlette.websockets import WebSocketDisconnect
 
-        with contextlib.suppress(WebSocketDisconnect):  # openenv-core closing a socket the client already closed
+        with contextlib.suppress(WebSocketDisconnect):  # openenv closing a socket the client already closed
             await self.app(scope, self._checked_receive(receive, send), send)
 
     def _checked_receive(self, receive, send):
@@ -171,6 +175,14 @@ class Guard:
         await self.app(scope, replay, send)
 
 
+def _names_a_session(scope) -> bool:
+    """Whether a WebSocket's query string holds a ``session_id`` (any spelling the app's parser would read)."""
+    from urllib.parse import parse_qsl
+
+    query = scope.get("query_string", b"").decode("latin-1")
+    return any(key == "session_id" for key, _ in parse_qsl(query, keep_blank_values=True))
+
+
 def _json_problem(scope, body: bytes) -> str | None:
     """Why a JSON request body is no strict JSON (NaN, infinities, integers wider than 20 digits), else None."""
     kind = dict(scope.get("headers") or []).get(b"content-type", b"")
@@ -196,7 +208,7 @@ def _ws_problem(message) -> tuple[str, str] | None:
         return "INVALID_JSON", "nested too deeply"
     except ValueError as error:
         if isinstance(error, json.JSONDecodeError):
-            return None  # openenv-core answers malformed JSON itself
+            return None  # openenv answers malformed JSON itself
         return "INVALID_JSON", f"not strict JSON: {str(error)[:120]}"
     if isinstance(data, dict) and data.get("type") == "mcp":
         return "UNKNOWN_TYPE", "not served: mirl envs do not speak MCP"

@@ -1,15 +1,17 @@
-"""Serve a registered mirl env over OpenEnv, on ``openenv-core``'s own server (``HTTPEnvServer``).
+"""Serve a registered mirl env over OpenEnv, on the ``openenv`` package's own server (``HTTPEnvServer``).
 
-``openenv-core`` gives every WebSocket connection (``/ws``) its own env instance and speaks its protocol
-(``reset`` / ``step`` / ``state`` / ``close`` messages; ``/health``, ``/schema``, ``/metadata``; the stateless
-``/reset`` and ``/step`` HTTP routes build a fresh env per request, as OpenEnv defines them). mirl adds:
+``openenv`` gives every WebSocket connection (``/ws``) its own env instance and speaks its protocol (``reset`` /
+``step`` / ``state`` / ``close`` messages; ``/health``, ``/schema``, ``/metadata``; the stateless ``/reset`` and
+``/step`` HTTP routes build a fresh env per request, as OpenEnv defines them; the task API ``/list_environments``
+and ``/{env}/splits``, ``/tasks``, ``/num_tasks``, ``/task``, ``/task_range``). mirl adds:
 
-- :class:`ServedEnv`, the OpenEnv ``Environment`` around a mirl env: ``reset(seed, options)``, ``step(action)``
-  returning the text, the images as PNG, reward, the Gymnasium flags and the JSON-safe info
-  (:mod:`mirl.envs.remote.wire`). Each session's env runs on its own thread and every reset or step has a
-  deadline: past it the caller gets an error and the session refuses further calls (a thread cannot be stopped;
-  the env is closed once the late call returns).
-- a cap on concurrent sessions (``openenv-core``'s ``max_concurrent_envs``) that stateless resets count against,
+- :class:`ServedEnv`, the OpenEnv ``Environment`` around a mirl env: ``reset(seed, options)`` or
+  ``reset(split, index)``, ``step(action)`` returning the text, the images as PNG, reward, the Gymnasium flags and
+  the JSON-safe info (:mod:`mirl.envs.remote.wire`); the task API's ``TaskProvider`` methods list the trainer's
+  train and validation splits (:mod:`mirl.envs.remote.tasks`). Each session's env runs on its own thread and every
+  reset or step has a deadline: past it the caller gets an error and the session refuses further calls (a thread
+  cannot be stopped; the env is closed once the late call returns).
+- a cap on concurrent sessions (``openenv``'s ``max_concurrent_envs``) that stateless resets count against,
   idle expiry, bounded bodies and messages, an optional bearer token, deadlines on every request's headers and
   body, a cap on connections below the open-file limit, a bound on what a WebSocket leaves unread, no MCP, and 4xx
   for bad input (:mod:`.guard`);
@@ -29,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from mirl.envs.remote import wire
+from mirl.envs.remote import tasks, wire
 from mirl.envs.remote.guard import (
     Capacity,
     Guard,
@@ -38,7 +40,7 @@ from mirl.envs.remote.guard import (
     request_deadline_protocol,
 )
 
-INSTALL_HINT = "serving an env needs openenv-core: pip install 'mirl[serve]'"
+INSTALL_HINT = "serving an env needs openenv 0.10: pip install 'mirl[serve]'"
 FILES_RESERVED = 256  # descriptors kept free of connections: envs, sandboxes, logs and /health itself
 UNREAD_SLACK_BYTES = 1 << 20  # a WebSocket may leave one reply and this much more unread before it is dropped
 
@@ -67,6 +69,9 @@ class ServeSettings:
 class BadRequest(ValueError):
     """A client's reset or step that cannot be served as sent (answered with 422 over HTTP, an error message over
     the WebSocket)."""
+
+
+REQUEST_ERRORS = (BadRequest, tasks.TaskRequestError)  # answered with 422
 
 
 _open_envs = 0  # mirl env instances built and not yet closed, in this process
@@ -99,11 +104,14 @@ def _served_env_class():
             super().__init__()
             self._name, self._options, self._deadline = name, dict(options), deadline_s
             self._env, self._worker, self._broken, self._steps = None, None, None, 0
-            self._closed = False
+            self._closed, self._built_for = False, None  # the split the env was built for (None: as served)
 
-        async def reset_async(self, seed=None, episode_id=None, options=None, **extra):
+        async def reset_async(self, seed=None, episode_id=None, options=None, split=None, index=None, **extra):
             if extra:
-                raise BadRequest(f"unknown reset fields {sorted(extra)}; send seed and options")
+                raise BadRequest(f"unknown reset fields {sorted(extra)}; send seed and options, or split and index")
+            build = None
+            if split is not None or index is not None:
+                seed, build = tasks.reset_target(self._name, self._options, split, index, seed)
             if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
                 raise BadRequest(f"seed must be a non-negative int or null, got {seed!r}")
             if options is not None and not isinstance(options, dict):
@@ -113,7 +121,7 @@ def _served_env_class():
                     f"a served mirl env takes no reset options, got {sorted(options)}; pass settings when serving "
                     f"(mirl serve-env {self._name} key=value)"
                 )
-            return await self._call(functools.partial(self._reset, seed, options))
+            return await self._call(functools.partial(self._reset, seed, build))
 
         async def step_async(self, action, timeout_s=None, **extra):
             if self._env is None:
@@ -124,10 +132,29 @@ def _served_env_class():
             return await self._call(functools.partial(self._step, action.action))
 
         def reset(self, seed=None, episode_id=None, **extra):  # OpenEnv's abstract sync API; the async one is used
-            raise NotImplementedError("ServedEnv is asynchronous: openenv-core calls reset_async")
+            raise NotImplementedError("ServedEnv is asynchronous: openenv calls reset_async")
 
         def step(self, action, timeout_s=None, **extra):
-            raise NotImplementedError("ServedEnv is asynchronous: openenv-core calls step_async")
+            raise NotImplementedError("ServedEnv is asynchronous: openenv calls step_async")
+
+        # OpenEnv's TaskProvider (its task API routes call these on a fresh instance; nothing is built)
+        def list_splits(self):
+            return [{"name": split, "type": split} for split in tasks.served_splits(self._name, self._options)]
+
+        def num_tasks(self, split):
+            tasks.check_split(split, tasks.served_splits(self._name, self._options))
+            return tasks.TASKS_PER_SPLIT
+
+        def get_task(self, split, index):
+            split = tasks.check_split(split, tasks.served_splits(self._name, self._options))
+            return tasks.task_spec(self._name, split, tasks.check_index(index))
+
+        def get_task_range(self, split, start=None, stop=None):
+            split = tasks.check_split(split, tasks.served_splits(self._name, self._options))
+            return tasks.task_range(self._name, split, start, stop)
+
+        def list_tasks(self, split):  # a preview, as OpenEnv allows for large splits: num_tasks has the count
+            return self.get_task_range(split, 0, tasks.MAX_LISTED_TASKS)
 
         @property
         def state(self):
@@ -152,13 +179,17 @@ def _served_env_class():
                 self._broken = f"deadline: a call took longer than {self._deadline:g} s; this session is over"
                 raise RuntimeError(self._broken) from None
 
-        def _reset(self, seed, options):
+        def _reset(self, seed, build):
             from mirl.envs import make
 
+            if self._env is not None and build != self._built_for:  # a task of another split: its own env
+                self._close_env()
             if self._env is None:
-                self._env = make(self._name, **self._options)
+                options = self._options if build is None else {**self._options, "split": build}
+                self._env = make(self._name, **options)
+                self._built_for = build
                 _count(+1)
-            observation, info = self._env.reset(seed=seed, options=options or None)
+            observation, info = self._env.reset(seed=seed)
             self._steps = 0
             return _observation(observation_cls, (observation, 0.0, False, False, info), wire.agent_facts(self._env))
 
@@ -201,7 +232,7 @@ def _observation(observation_cls, result, agent):
 
 def build_app(name: str, options: Mapping[str, Any], settings: ServeSettings):
     """The ASGI app serving env ``name`` built with ``options``; ``ValueError`` for a bad name or option,
-    ``ImportError`` (with the install hint) without ``openenv-core``."""
+    ``ImportError`` (with the install hint) without ``openenv``."""
     from mirl.envs.registry import check_options
 
     check_options(name, options)
@@ -213,17 +244,19 @@ def build_app(name: str, options: Mapping[str, Any], settings: ServeSettings):
         raise ImportError(f"{INSTALL_HINT} ({error})") from None
     action_cls, observation_cls = wire.models()
     factory = functools.partial(_served_env_class(), name, dict(options), settings.step_timeout_s)
-    # session_timeout: openenv-core's reaper ends sessions idle that long, whatever holds them
+    # session_timeout: openenv's reaper ends sessions idle that long, whatever holds them
     limits = ConcurrencyConfig(max_concurrent_envs=settings.max_sessions, session_timeout=settings.idle_timeout_s)
-    server = HTTPEnvServer(factory, action_cls, observation_cls, concurrency_config=limits)
+    server = HTTPEnvServer(factory, action_cls, observation_cls, concurrency_config=limits, env_name=name)
     app = FastAPI(title=f"mirl env {name} (OpenEnv)", docs_url=None, redoc_url=None)
     server.register_routes(app)
 
-    @app.exception_handler(BadRequest)
-    async def bad_request(request, error: BadRequest):
+    async def bad_request(request, error: ValueError):
         from fastapi.responses import JSONResponse
 
         return JSONResponse({"detail": str(error)}, status_code=422)
+
+    for error_class in REQUEST_ERRORS:
+        app.add_exception_handler(error_class, bad_request)
 
     @app.get("/capacity")
     def capacity() -> dict[str, int]:
