@@ -229,7 +229,7 @@ def test_episodes_past_the_clients_slots_fail_fast_with_capacity(monkeypatch):
 
 
 def test_the_clients_slots_and_the_servers_default_cap_hold_a_default_rollout():
-    pytest.importorskip("openenv", reason="the server side needs openenv-core: pip install 'mirl[serve]'")
+    pytest.importorskip("openenv", reason="the server side needs openenv 0.10: pip install 'mirl[serve]'")
     from mirl.envs.remote.client import MAX_SESSIONS_PER_SERVER
     from mirl.envs.remote.server import ServeSettings
 
@@ -266,3 +266,95 @@ def test_a_training_run_whose_remote_env_sends_one_hostile_reply_finishes(tmp_pa
     assert [r["end_reason"] for r in rows].count("malformed_reward") == 1
     line = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
     assert line["rollout/env_malformed_frac"] == pytest.approx(1 / len(rows))
+
+
+def _task_api_server(answer) -> tuple[socket.socket, list[str]]:
+    """A TCP listener on loopback that reads each request's first line and lets ``answer(path, conn)`` write the
+    reply (for at most 10 s); returns it and the paths asked for."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    paths: list[str] = []
+
+    def reply(conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):
+            conn.settimeout(2)
+            request = conn.recv(65536).decode("latin-1")
+            paths.append(request.split(" ")[1] if " " in request else "")
+            answer(paths[-1], conn)
+
+    def serve():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=reply, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener, paths
+
+
+def _json_reply(body: bytes) -> bytes:
+    return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+
+
+def _listing(num_tasks: bytes):
+    """Answers for a server that lists env ``x`` with a ``train`` split of ``num_tasks`` tasks."""
+    replies = {"/list_environments": b'["x"]', "/x/splits": b'[{"name": "train"}]', "/x/num_tasks": num_tasks}
+    return lambda path, conn: conn.sendall(_json_reply(replies.get(path, b"{}")))
+
+
+def _drip(path, conn):
+    conn.sendall(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+    for _ in range(100):  # one byte every 0.1 s, for 10 s: longer than the 2 s deadline
+        conn.sendall(b"a")
+        time.sleep(0.1)
+
+
+TASK_API_CASES = {
+    "a 1 MiB listing": (lambda path, conn: conn.sendall(_json_reply(b'["' + b"x" * (1 << 20) + b'"]')), "oversized"),
+    "a 5000-digit task count": (_listing(b'{"num_tasks": ' + WIDE.encode() + b"}"), "malformed"),
+    "a task count that is text": (_listing(b'{"num_tasks": "many"}'), "malformed"),
+    "no task in the split": (_listing(b'{"num_tasks": 0}'), "server"),
+    "a listing that is not JSON": (lambda path, conn: conn.sendall(_json_reply(b"[not json")), "malformed"),
+    "headers dripped a byte at a time": (_drip, "timeout"),
+    "no answer at all": (lambda path, conn: time.sleep(10), "timeout"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TASK_API_CASES))
+def test_a_hostile_task_listing_ends_the_reset_within_the_deadline(case):
+    from mirl.envs import make
+
+    answer, reason = TASK_API_CASES[case]
+    listener, _ = _task_api_server(answer)
+    try:
+        env = make("openenv", url=f"http://127.0.0.1:{listener.getsockname()[1]}", timeout_s=2.0)
+        started = time.monotonic()
+        observation, info = env.reset(seed=0, options={"split": "train"})
+        elapsed = time.monotonic() - started
+        env.close()
+    finally:
+        listener.close()
+    assert (observation, info["end_reason"]) == ("", f"remote_{reason}"), info
+    assert elapsed < 4.0
+
+
+def test_a_redirected_task_listing_is_not_followed():
+    elsewhere, reached = _raw_server(lambda: _json_reply(b'["x"]'))
+    port = elsewhere.getsockname()[1]
+    redirect = f"HTTP/1.1 302 Found\r\nLocation: http://localhost:{port}/list_environments\r\nContent-Length: 0\r\n\r\n"
+    redirector, asked = _task_api_server(lambda path, conn: conn.sendall(redirect.encode()))
+    try:
+        from mirl.envs import make
+
+        env = make("openenv", url=f"http://127.0.0.1:{redirector.getsockname()[1]}", timeout_s=2.0)
+        _, info = env.reset(seed=0, options={"split": "train"})
+    finally:
+        redirector.close()
+        elsewhere.close()
+    # a redirect is a server without the task API: the reset falls back to the seed, on the WebSocket it refuses
+    assert asked[0] == "/list_environments" and asked[1:] == ["/ws"] and not reached
+    assert info["end_reason"] == "remote_refused"

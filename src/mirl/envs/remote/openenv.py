@@ -1,4 +1,4 @@
-"""OpenEnv: play an env served by any OpenEnv server (``mirl serve-env`` or another ``openenv-core`` server).
+"""OpenEnv: play an env served by any OpenEnv server (``mirl serve-env`` or another ``openenv`` server).
 
 Observation:
     The text in the field ``observation_field`` of the server's observation. From a mirl server the images too
@@ -20,6 +20,15 @@ Termination:
     episode as truncated with ``info["end_reason"] = "remote_<reason>"`` (the rollout engine records it as the
     episode's ``end_reason``) and ``info["remote_error"]`` holding the message; a failed reset gives an episode
     with no turns. Such a step counts as a valid action: the model is not penalised for a server's failure.
+
+Tasks:
+    ``reset(seed=s, options={"split": "validation"})`` plays a task of that split on a server that lists tasks
+    (OpenEnv's task API; every ``mirl serve-env``): the reset sends ``{"split": ..., "index": (s // 2) mod
+    num_tasks}``, which on a mirl server is the task whose seed is ``s`` when ``s`` has the split's parity (train
+    even, validation odd, as the trainer's seeds have), so the episode is the local env's for that seed and split.
+    ``options={"split": ..., "index": i}`` names the task itself. A server that lists no tasks is reset with the
+    seed (the task options dropped); one that lists tasks but not that split ends the episode with
+    ``remote_server`` (:mod:`mirl.envs.remote.task_client`).
 
 Arguments:
     url: the server, http(s):// or ws(s)://, e.g. http://127.0.0.1:8000.
@@ -94,8 +103,8 @@ class OpenEnvEnv(TextEnv):
         self.close()
         token = os.environ.get(self.token_env) or None
         self._session = Session(self.url, token=token, max_bytes=self.max_message_bytes, deadline_s=self.timeout_s)
-        data = {"seed": seed} if options is None else {"seed": seed, "options": options}
         try:
+            data = self._reset_data(seed, options, token)
             fields, _, _ = self._read(self._session.call({"type": "reset", "data": data}))
             self._adopt(fields.get("agent"))
             info = self._info(fields, done=False, reward=0.0)
@@ -123,6 +132,28 @@ class OpenEnvEnv(TextEnv):
 
     def render(self) -> str:
         return self._observation
+
+    def _reset_data(self, seed: int | None, options: dict[str, Any] | None, token: str | None) -> dict[str, Any]:
+        """What the reset sends: a task when ``options`` name a split and the server lists tasks, else the seed (and
+        any other options, which the server judges)."""
+        from mirl.envs.remote.task_client import split_size
+        from mirl.envs.remote.tasks import index_for_seed
+
+        rest = dict(options or {})
+        split, index = rest.pop("split", None), rest.pop("index", None)
+        if split is not None and (not isinstance(split, str) or not 0 < len(split) <= 200):
+            raise ValueError(f"options['split'] must be a split name, got {split!r}")
+        if index is not None and (isinstance(index, bool) or not isinstance(index, int) or index < 0):
+            raise ValueError(f"options['index'] must be an int >= 0, got {index!r}")
+        count = split_size(self.url, split, token=token, deadline_s=self.timeout_s) if split else None
+        if count is None:
+            data: dict[str, Any] = {"seed": seed}
+        elif index is not None:
+            data = {"split": split, "index": index}
+        else:
+            drawn = int(self.np_random.integers(2**62)) if seed is None else seed
+            data = {"split": split, "index": index_for_seed(drawn, count)}
+        return {**data, "options": rest} if rest else data
 
     def close(self) -> None:
         if self._session is not None:
