@@ -54,6 +54,19 @@ def test_official_client_sees_the_session_cap():
         assert first.step({"action": "Bond"}).done  # the first session is unharmed (seed 0: Venture, Bond)
 
 
+def test_official_client_sends_the_token():
+    # openenv 0.10's client takes headers (openenv-core 0.3's sent none, so it could not use a server with a token)
+    from openenv.core.generic_client import GenericEnvClient
+
+    from mirl.envs.remote.server import ServeSettings, serving
+
+    with serving("bandit", settings=ServeSettings(token="s3cret")) as url:
+        with pytest.raises(ConnectionError, match="HTTP 403"), GenericEnvClient(base_url=url).sync() as refused:
+            refused.reset(seed=0)
+        with GenericEnvClient(base_url=url, headers={"Authorization": "Bearer s3cret"}).sync() as client:
+            assert client.reset(seed=0).observation["observation"].startswith("There are two arms")
+
+
 @pytest.fixture(scope="module")
 def template_server(tmp_path_factory):
     """The echo env ``openenv init`` writes from openenv's template, run with uvicorn as its README says."""

@@ -236,6 +236,10 @@ def build_app(name: str, options: Mapping[str, Any], settings: ServeSettings):
     from mirl.envs.registry import check_options
 
     check_options(name, options)
+    found = openenv_version()
+    if found is None or not found >= (0, 10):
+        other = "openenv-core" if found is None else f"openenv {'.'.join(map(str, found))}"
+        raise ImportError(f"{INSTALL_HINT} (found {other}; pip uninstall openenv-core first if it is installed)")
     try:
         from fastapi import FastAPI
         from openenv.core.env_server.http_server import HTTPEnvServer
@@ -274,6 +278,18 @@ def build_app(name: str, options: Mapping[str, Any], settings: ServeSettings):
         token=settings.token,
         capacity=Capacity(settings.max_sessions, lambda: server.active_sessions, open_envs),
     )
+
+
+def openenv_version() -> tuple[int, int] | None:
+    """``(major, minor)`` of the installed ``openenv`` distribution; None without it (openenv-core 0.3 installs the
+    same ``openenv`` modules under another distribution name)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        major, minor = version("openenv").split(".")[:2]
+        return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+    except (PackageNotFoundError, ValueError):
+        return None
 
 
 def uvicorn_server(app, sock: socket.socket, settings: ServeSettings):
