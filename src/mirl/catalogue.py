@@ -152,7 +152,7 @@ CATALOGUE: tuple[Metric, ...] = (
     # filter: SNR-Aware Filtering on the (P, K) returns
     Metric("filter/kept_count", "groups kept by the selection rule", "groups"),
     Metric("filter/kept_ratio", "kept_count / P", "fraction"),
-    Metric("filter/spread_mean_before", "mean over all groups of the unbiased in-group std of returns"),
+    Metric("filter/spread_mean_before", "mean over all groups of the in-group std of returns (filter.ddof)"),
     Metric("filter/spread_mean_after", "same mean over kept groups (0 when empty)"),
     Metric("filter/score_mean", "mean selection score s_g over groups"),
     Metric("filter/score_std", "population std of s_g over groups"),
@@ -162,15 +162,31 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("filter/groups_too_hard", "zero-spread groups where every return < success threshold", "groups"),
     Metric("filter/groups_too_coarse", "zero-spread groups whose episodes took different actions", "groups"),
     Metric("filter/groups_mixed", "groups with non-zero spread", "groups"),
-    Metric("filter/groups_zero_spread", "groups with spread <= 1e-10", "groups"),
+    Metric("filter/groups_zero_spread", "groups whose returns are all equal (up to 1e-9 relative)", "groups"),
     Metric("filter/turn_spread_mean", "mean over groups of the unbiased std of the group's turn advantages", ""),
-    Metric("filter/groups_turn_signal", "groups whose turn-advantage std > 1e-10 (docs/credit.md)", "groups"),
+    Metric("filter/groups_turn_signal", "groups whose turn advantages differ (docs/credit.md)", "groups"),
     Metric(
         "filter/groups_zero_spread_turn_signal",
-        "groups with zero episode spread (<= 1e-10) but turn-advantage std > 1e-10",
+        "groups with equal episode returns but turn advantages that differ",
         "groups",
     ),
     Metric("filter/empty", "1 if nothing was kept (no update this iteration)", "flag"),
+    # the same selection under the upstream proposals' names (veRL PR #7894), logged by the veRL and TRL
+    # integrations; v_g = in-group variance of the returns with filter.ddof, 0 for a group without spread
+    Metric("reward_variance_filtering/num_groups", "P, the groups of the batch", "groups"),
+    Metric("reward_variance_filtering/num_kept_groups", "groups kept (= filter/kept_count)", "groups"),
+    Metric("reward_variance_filtering/kept_group_ratio", "num_kept_groups / P (= filter/kept_ratio)", "fraction"),
+    Metric("reward_variance_filtering/total_variance", "sum_g v_g over all groups", ""),
+    Metric(
+        "reward_variance_filtering/selected_variance_ratio",
+        "sum of v_g over kept groups / total_variance (0 when total_variance = 0)",
+        "fraction",
+    ),
+    Metric(
+        "reward_variance_filtering/num_zero_variance_groups",
+        "groups without spread (= filter/groups_zero_spread)",
+        "groups",
+    ),
     Metric("filter/empty_streak", "consecutive iterations with an empty selection", "iterations"),
     Metric("filter/kept_trajectories", "rows trained on after group and trajectory selection", "rows"),
     # train: the policy / critic update on the kept batch

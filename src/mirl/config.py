@@ -189,11 +189,16 @@ class FilterConfig:
     mode: str = "linear"
     # per-group score: "std" (reference), "var", "mean", "sum"
     statistic: str = "std"
+    # delta degrees of freedom of std and var: 1 (sample variance; RAGEN's torch.std and the upstream proposals'
+    # variance_ddof default) or 0 (population; VAGEN's np.var); scales every spread, so it moves eps and the
+    # logged spreads, not a ranking of equal-size groups
+    ddof: int = 1
     # what the score measures: "episode" (episode returns, the paper) or "turn" (the turn-level advantages of
     # algorithm.credit, the turn estimator's for episode / bilevel_gae credit: tied episodes can still carry
     # step-level signal); "turn" needs statistic std or var
     signal: str = "episode"
-    # keep zero-score groups in the ranking (reference default true; recommended false)
+    # keep the groups without spread in the ranking (reference default true; recommended false); a group has no
+    # spread when its returns are all equal up to float rounding (mirl.filtering.has_spread)
     include_zero: bool = False
     # rank largest scores first; false inverts every ranking
     largest: bool = True

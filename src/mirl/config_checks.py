@@ -121,6 +121,7 @@ RANGES: dict[str, Range] = {
     "algorithm.mismatch_every": NON_NEGATIVE,
     "algorithm.rollout_correction_cap": Range(1),
     "filter.eps": NON_NEGATIVE,
+    "filter.ddof": Range(0, 1),
     "filter.band_lo": PROBABILITY,
     "filter.band_hi": PROBABILITY,
     "filter.trajectories_per_group": NON_NEGATIVE,
@@ -257,6 +258,11 @@ def _check_credit(config: Config) -> None:
         raise ConfigError(
             f"algorithm.credit={credit} works with algorithm.preset {' or '.join(allowed)}, got {preset}; "
             f"set algorithm.preset={allowed[0]} or algorithm.credit=episode"
+        )
+    if config.filter.signal == "turn" and config.filter.ddof != 1:
+        raise ConfigError(
+            f"filter.signal=turn ranks the spread of turn advantages with ddof 1, got "
+            f"filter.ddof={config.filter.ddof}; set filter.ddof=1 or filter.signal=episode"
         )
     if config.filter.signal == "turn" and config.filter.statistic not in ("std", "var"):
         raise ConfigError(

@@ -136,10 +136,10 @@ def test_classify_groups():
 
 
 def test_classify_near_equal_returns_across_the_threshold_is_uniform():
-    # std = sqrt(2) * 1e-12 <= 1e-10: no spread, but one success and one failure
+    # max - min = 2e-12 <= 1e-9 * (1 + 1e-12): equal up to rounding, no spread, but one success and one failure
     returns = torch.tensor([[1.0 - 1e-12, 1.0 + 1e-12]], dtype=torch.float64)
     assert classify_groups(returns) == ["uniform"]
-    assert classify_groups(returns, spread_eps=1e-13) == ["mixed"]
+    assert classify_groups(returns, rtol=1e-12) == ["mixed"]  # 2e-12 > 1e-12 * (1 + 1e-12)
 
 
 def test_spread_ratio_var_is_the_papers_ratio_over_variances():

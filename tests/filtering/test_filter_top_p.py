@@ -122,5 +122,8 @@ def test_softmax_smallest_uses_softmax_of_negated_scores():
 
 @pytest.mark.parametrize("mode", ["linear", "softmax"])
 def test_include_zero_false_drops_zero_groups_before_ranking(mode):
-    # the near-zero 1e-12 group counts as zero (|s| <= 1e-10); top_p 1.0 keeps exactly the non-zero ones
-    assert kept([1e-12, 2.0, 0.0, 1.0], value=1.0, mode=mode, include_zero=False) == {1, 3}
+    # scores given directly: only an exact 0 is zero (a 1e-12 score is a score); top_p 1.0 keeps the non-zero ones
+    assert kept([1e-12, 2.0, 0.0, 1.0], value=1.0, mode=mode, include_zero=False) == {0, 1, 3}
+    # returns: the group whose returns are equal up to rounding (std 1.3e-15 > 0) is the zero group
+    returns = torch.tensor([[10.3, 10.300000000000002], [0.0, 2.0], [1.0, 1.0], [0.0, 1.0]], dtype=torch.float64)
+    assert select_groups(returns, value=1.0, mode=mode, include_zero=False).keep.tolist() == [False, True, False, True]

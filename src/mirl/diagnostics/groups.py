@@ -3,8 +3,8 @@
 REFERENCE.md section 10: low spread has different causes needing different cures (harder instances, easier
 instances or a curriculum, a finer reward). Each group g of the (P, K) returns gets one label, checked in order:
 
-1. ``"mixed"``: spread > 1e-10, where spread = unbiased std of the K returns (0 for K = 1): the group carries a
-   task gradient;
+1. ``"mixed"``: the K returns are not all equal (``mirl.filtering.has_spread``: equal up to float rounding counts
+   as equal; never with K = 1): the group carries a task gradient;
 2. ``"too_easy"``: zero spread and every return >= ``success_threshold``;
 3. ``"too_coarse"``: zero spread, every return < ``success_threshold``, and the episodes took different action
    sequences: the reward gave one value to different behaviours, so it cannot rank them (a finer or denser
@@ -22,11 +22,10 @@ from collections.abc import Sequence
 
 import torch
 
-from mirl.filtering import group_spread
+from mirl.filtering import has_spread
 from mirl.types import Episode
 
 LABELS: tuple[str, ...] = ("mixed", "too_easy", "too_coarse", "too_hard")
-ZERO_SPREAD = 1e-10
 
 
 def label_groups(episodes: Sequence[Episode], returns: torch.Tensor, *, success_threshold: float) -> list[str]:
@@ -56,10 +55,10 @@ def label_groups(episodes: Sequence[Episode], returns: torch.Tensor, *, success_
                 f"episode group {episode.group} is outside [0, {num_groups}) of returns {tuple(returns.shape)}"
             )
         behaviours[episode.group].add(tuple(turn.actions for turn in episode.turns))
-    spread = group_spread(returns)  # (P,) float64, 0 when K = 1, independent of the order of the K returns
+    spread = has_spread(returns).tolist()  # (P,) the filter's one no-spread rule; False when K = 1
     labels = []
     for g in range(num_groups):
-        if spread[g] > ZERO_SPREAD:
+        if spread[g]:
             labels.append("mixed")
         elif bool((returns[g] >= success_threshold).all()):
             labels.append("too_easy")

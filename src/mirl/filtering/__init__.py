@@ -10,21 +10,29 @@ plugin and the TRL adapter share the exact same selection.
 [True, False, False]
 """
 
-from mirl.filtering.metrics import selection_metrics, spread_ratio
+from mirl.filtering.metrics import selection_metrics, spread_ratio, upstream_metrics
 from mirl.filtering.rules import RULES, TOP_P_MODES, rank_groups
-from mirl.filtering.scores import STATISTICS, ZERO_SPREAD, classify_groups, group_scores, group_spread
+from mirl.filtering.scores import (
+    SPREAD_RTOL,
+    STATISTICS,
+    classify_groups,
+    group_scores,
+    group_spread,
+    has_spread,
+)
 from mirl.filtering.select import Selection, select_groups, select_trajectories
 from mirl.filtering.turns import turn_signal_metrics, turn_spread
 
 __all__ = [
     "RULES",
+    "SPREAD_RTOL",
     "STATISTICS",
     "TOP_P_MODES",
-    "ZERO_SPREAD",
     "Selection",
     "classify_groups",
     "group_scores",
     "group_spread",
+    "has_spread",
     "rank_groups",
     "select_groups",
     "select_trajectories",
@@ -32,4 +40,5 @@ __all__ = [
     "spread_ratio",
     "turn_signal_metrics",
     "turn_spread",
+    "upstream_metrics",
 ]

@@ -1,8 +1,9 @@
 """Selection rules: from per-group scores ``s`` (P,) to a keep mask (P,).
 
-Every rule sees the *candidates*: all groups, or with ``include_zero=False`` only those with
-``|s_g| > 1e-10``. It ranks the candidates by ``s`` descending (``largest=False``: ascending) with a stable
-sort, so equal scores keep the lower group index first. With ``n`` candidates out of ``P`` groups:
+Every rule sees the *candidates*: all groups, or with ``include_zero=False`` only those with spread
+(``mirl.filtering.select.select_groups`` says which). It ranks the candidates by ``s`` descending
+(``largest=False``: ascending) with a stable sort, so equal scores keep the lower group index first. With ``n``
+candidates out of ``P`` groups:
 
 - ``top_p``, ``mode="linear"``: walk the ranking over the candidates with ``s_g > 0`` and keep the shortest
   prefix whose cumulative score reaches ``p * M - eps``, where ``M = sum of those positive scores``. Groups

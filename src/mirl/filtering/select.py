@@ -17,7 +17,7 @@ import torch
 from mirl.filtering._validate import as_group_tensor, check_bool, check_choice, check_finite_number
 from mirl.filtering.metrics import selection_metrics
 from mirl.filtering.rules import RULES, TOP_P_MODES, RuleArgs, check_rule_args, rank_groups
-from mirl.filtering.scores import STATISTICS, ZERO_SPREAD
+from mirl.filtering.scores import SPREAD_STATISTICS, STATISTICS, check_ddof, spread_mask
 
 
 @dataclass(frozen=True)
@@ -66,15 +66,18 @@ def select_groups(
     eps: float = 0.01,
     band: tuple[float, float] | None = None,
     success_threshold: float | None = 1.0,
+    ddof: int = 1,
 ) -> Selection:
     """Select the prompt groups to train on.
 
-    A ``(P, K)`` input holds each group's K returns and is reduced to a score per group by ``statistic``
-    (``std`` and ``var`` unbiased, ddof 1, 0 for K = 1; ``mean``; ``sum``). A ``(P,)`` input is taken as the
-    scores themselves and ``statistic`` is ignored. With ``include_zero=False`` groups with ``|s| <= 1e-10``
-    are removed before ranking. The rule ``strategy`` then keeps groups (see ``mirl.filtering.rules``; e.g.
-    linear top-p keeps the shortest best-first prefix whose score sum reaches ``value * sum(s) - eps``).
-    ``largest=False`` inverts every ranking; ties keep the lower group index.
+    A ``(P, K)`` input holds each group's K returns and is reduced to a score per group by ``statistic`` (``std``
+    and ``var`` with ``ddof``, exactly 0 for a group whose returns are all equal; ``mean``; ``sum``). A ``(P,)``
+    input is taken as the scores themselves and ``statistic`` is ignored. With ``include_zero=False`` the groups
+    without spread are removed before ranking: for std or var of returns, the groups whose returns are all equal
+    (``mirl.filtering.scores.has_spread``); otherwise the groups whose score is exactly 0. The rule ``strategy``
+    then keeps groups (see ``mirl.filtering.rules``; e.g. linear top-p keeps the shortest best-first prefix
+    whose score sum reaches ``value * sum(s) - eps``). ``largest=False`` inverts every ranking; ties keep the
+    lower group index.
 
     Args:
         scores_or_rewards: ``(P, K)`` returns or ``(P,)`` scores; NaN or inf raise ``ValueError``.
@@ -87,6 +90,7 @@ def select_groups(
         eps: slack of the linear top-p target (reference: 0.01).
         band: ``(lo, hi)`` rank fractions for ``strategy="band"``, 0 <= lo < hi <= 1.
         success_threshold: return counted as success in the outcome metrics (2-D input); None skips them.
+        ddof: 1 (sample variance, the default of RAGEN and of the upstream proposals) or 0, for std and var.
 
     Returns:
         A ``Selection`` with ``keep`` on the input's device and ``scores`` in its float dtype.
@@ -99,9 +103,10 @@ def select_groups(
     check_choice("strategy", strategy, tuple(RULES))
     check_choice("mode", mode, tuple(TOP_P_MODES))
     check_choice("statistic", statistic, tuple(STATISTICS))
+    ddof = check_ddof(ddof)
     inputs = as_group_tensor(scores_or_rewards, "scores_or_rewards")  # (P,) or (P, K)
     returns = inputs if inputs.dim() == 2 else None
-    scores = STATISTICS[statistic](inputs.double()) if returns is not None else inputs.double()  # (P,)
+    scores = STATISTICS[statistic](inputs.double(), ddof) if returns is not None else inputs.double()  # (P,)
     args = RuleArgs(
         value=check_finite_number("value", value),
         mode=mode,
@@ -114,13 +119,14 @@ def select_groups(
         success_threshold = check_finite_number("success_threshold", success_threshold)
     candidates = torch.ones_like(scores, dtype=torch.bool)  # (P,)
     if not check_bool("include_zero", include_zero):
-        candidates = scores.abs() > ZERO_SPREAD
+        spread_scored = returns is not None and statistic in SPREAD_STATISTICS
+        candidates = spread_mask(returns.double()) if spread_scored else scores != 0
     keep = RULES[strategy](scores, candidates, args)  # (P,) bool
     return Selection(
         keep=keep,
         scores=scores.to(inputs.dtype),
         order=_kept_first(scores, keep, args.largest),
-        metrics=selection_metrics(scores, keep, returns, success_threshold),
+        metrics=selection_metrics(scores, keep, returns, success_threshold, ddof),
     )
 
 

@@ -11,7 +11,7 @@ import torch
 
 from mirl.algorithms import AlgorithmPreset, gae_advantages, grpo_advantages, masked_mean, masked_var, whiten
 from mirl.config import Config, FilterConfig
-from mirl.filtering import Selection, select_groups, select_trajectories
+from mirl.filtering import Selection, has_spread, select_groups, select_trajectories
 from mirl.filtering.metrics import selection_metrics
 from mirl.rollout import collate
 from mirl.rollout.failures import infrastructure_share, malformed_share
@@ -19,8 +19,6 @@ from mirl.rollout.reasoning_measures import reasoning_metrics, wording_bonus_fra
 from mirl.trainer.episode_progress import EpisodeTurns, play_counted
 from mirl.trainer.specs import train_specs
 from mirl.types import Episode, RolloutBatch
-
-SPREAD_EPS = 1e-10
 
 
 def group_returns(episodes: list[Episode], num_groups: int, group_size: int) -> torch.Tensor:
@@ -53,21 +51,24 @@ def collect(
     if not config.algorithm.dynamic_sampling:
         return episodes, 0
     groups = [[e for e in episodes if e.group == p] for p in range(P)]
-    kept = [g for g in groups if _spread(g) > SPREAD_EPS]
+    kept = [g for g in groups if _spread(g)]
     rounds = 0
     while len(kept) < P and rounds < config.algorithm.dynamic_sampling_max_rounds:
         rounds += 1
         specs = train_specs(config, iteration, first_index=P * rounds)
         counter = EpisodeTurns(progress, P * K, T, before=P * K * T * rounds)
         fresh = play_counted(policy, specs, K, config.rollout, sampling_seed + 7919 * rounds, counter)
-        kept += [g for g in ([e for e in fresh if e.group == p] for p in range(P)) if _spread(g) > SPREAD_EPS]
-    chosen = (kept + [g for g in groups if _spread(g) <= SPREAD_EPS])[:P]
+        kept += [g for g in ([e for e in fresh if e.group == p] for p in range(P)) if _spread(g)]
+    chosen = (kept + [g for g in groups if not _spread(g)])[:P]
     return [e for p, group in enumerate(chosen) for e in _regroup(group, p)], rounds
 
 
-def _spread(group: list[Episode]) -> float:
-    returns = torch.tensor([e.total_reward for e in group], dtype=torch.float64)
-    return float(returns.std()) if len(returns) > 1 else 0.0
+def _spread(group: list[Episode]) -> bool:
+    """Whether the group's returns differ: the filter's one no-spread rule (``mirl.filtering.has_spread``)."""
+    if len(group) < 2:
+        return False
+    returns = torch.tensor([[e.total_reward for e in group]], dtype=torch.float64)  # (1, K)
+    return bool(has_spread(returns)[0])
 
 
 def select(returns: torch.Tensor, config: Config, turn_scores: torch.Tensor | None = None):
@@ -105,9 +106,10 @@ def select_rows(
         eps=f.eps,
         band=(f.band_lo, f.band_hi) if f.strategy == "band" else None,
         success_threshold=f.success_threshold,
+        ddof=f.ddof,
     )
     if ranked.dim() == 1:  # ranked by scores alone: the spread and outcome metrics still describe the returns
-        metrics = selection_metrics(selection.scores, selection.keep, returns, f.success_threshold)
+        metrics = selection_metrics(selection.scores, selection.keep, returns, f.success_threshold, f.ddof)
         selection = dataclasses.replace(selection, metrics=metrics)
     rows = selection.keep[:, None].expand_as(returns).clone()  # (P, K)
     if f.trajectories_per_group > 0:
