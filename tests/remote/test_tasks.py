@@ -216,3 +216,19 @@ def uvicorn_thread(app):
         server.should_exit = True
         thread.join(timeout=30)
         sock.close()
+
+
+def test_the_trainer_plays_each_split_on_one_server():
+    """mirl train passes split=train / split=validation to an env that takes one, and the openenv env's resets
+    without options then play that split's tasks: on a mirl server, the local env's episodes for those seeds."""
+    from mirl.config_files import load_config
+    from mirl.trainer.specs import train_specs, validation_specs
+
+    with serving("countdown") as url:
+        config = load_config(None, [f"envs=[{{name: openenv, options: {{url: '{url}'}}}}]"])
+        for spec, split in ((train_specs(config, 2)[0], "train"), (validation_specs(config)[1], "validation")):
+            assert spec.options["split"] == split
+            remote = make(spec.env, **spec.options)
+            played = remote.reset(seed=spec.seed)[0]
+            remote.close()
+            assert played == make("countdown", split=split).reset(seed=spec.seed)[0]

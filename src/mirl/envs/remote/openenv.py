@@ -26,7 +26,9 @@ Tasks:
     (OpenEnv's task API; every ``mirl serve-env``): the reset sends ``{"split": ..., "index": (s // 2) mod
     num_tasks}``, which on a mirl server is the task whose seed is ``s`` when ``s`` has the split's parity (train
     even, validation odd, as the trainer's seeds have), so the episode is the local env's for that seed and split.
-    ``options={"split": ..., "index": i}`` names the task itself. A server that lists no tasks is reset with the
+    ``options={"split": ..., "index": i}`` names the task itself. The ``split`` argument is the split of a reset
+    whose options name none: the trainer passes ``"train"`` for training and ``"validation"`` for validation, so
+    a run plays each split's tasks on a server that lists them. A server that lists no tasks is reset with the
     seed (the task options dropped); one that lists tasks but not that split ends the episode with
     ``remote_server`` (:mod:`mirl.envs.remote.task_client`).
 
@@ -38,6 +40,7 @@ Arguments:
     instruction: the task description for a server that sends none (servers other than mirl's).
     token_env: name of the environment variable holding a bearer token, if the server wants one.
     max_message_bytes: largest reply accepted.
+    split: the task split to play on a server that lists tasks (empty: seeds only).
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ DEFAULT_INSTRUCTION = "You are interacting with an environment. Read each observ
 class OpenEnvEnv(TextEnv):
     """A remote OpenEnv env: every reset and step is one call to the server, each within ``timeout_s``."""
 
-    description = "A remote env served over OpenEnv (mirl serve-env or any openenv-core server); needs url=..."
+    description = "A remote env served over OpenEnv (mirl serve-env or any OpenEnv server); needs url=..."
     concurrent_steps = True  # a step waits on the network: the engine steps a turn's episodes on threads
     option_limits = {"timeout_s": 3600, "max_message_bytes": 1 << 30}
 
@@ -69,6 +72,7 @@ class OpenEnvEnv(TextEnv):
         instruction: str = DEFAULT_INSTRUCTION,
         token_env: str = "MIRL_OPENENV_TOKEN",
         max_message_bytes: int = 4 << 20,
+        split: str = "",
     ) -> None:
         from mirl.envs.remote.client import websocket_url
         from mirl.envs.remote.wire import MAX_ACTION_CHARS
@@ -86,6 +90,9 @@ class OpenEnvEnv(TextEnv):
         self.url, self.action_field, self.observation_field = url, action_field, observation_field
         self.timeout_s, self.max_message_bytes = float(timeout_s), int(max_message_bytes)
         self.token_env, self._instruction = token_env, instruction
+        if not isinstance(split, str) or len(split) > 200:
+            raise ValueError(f"split must be a split name of at most 200 characters, got {split!r}")
+        self.split = split
         self.action_space.max_length = MAX_ACTION_CHARS
         self.action_words: tuple[str, ...] | None = None
         self.symbol_legend: str | None = None
@@ -140,7 +147,7 @@ class OpenEnvEnv(TextEnv):
         from mirl.envs.remote.tasks import index_for_seed
 
         rest = dict(options or {})
-        split, index = rest.pop("split", None), rest.pop("index", None)
+        split, index = rest.pop("split", None) or self.split or None, rest.pop("index", None)
         if split is not None and (not isinstance(split, str) or not 0 < len(split) <= 200):
             raise ValueError(f"options['split'] must be a split name, got {split!r}")
         if index is not None and (isinstance(index, bool) or not isinstance(index, int) or index < 0):
