@@ -88,3 +88,19 @@ def test_a_failing_reward_function_on_the_server_ends_the_episode_as_remote_serv
     with task.serving() as url:
         episodes = run_episodes(policy, [EnvSpec("openenv", 0, {"url": url})], 1, rollout_config())
     assert [e.end_reason for e in episodes] == ["remote_server"]
+
+
+def test_a_task_served_from_python_serves_both_splits():
+    """task.serving() serves train and validation (the trainer's resets pick one); split= pins one."""
+    skip_without_server()
+    from mirl.envs import make
+    from mirl.envs.task import Task
+
+    task = Task(["What is 1 + 1?"], reward=lambda prompt, answer: 0.0, validation=["What is 5 + 5?"])
+    with task.serving() as url:
+        for split, seed in (("train", 0), ("validation", 1)):
+            env = make("openenv", url=url, split=split)
+            observation = env.reset(seed=seed)[0]
+            env.close()
+            assert observation == make(task.name, split=split).reset(seed=seed)[0]
+    assert "5 + 5" in observation

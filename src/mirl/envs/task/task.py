@@ -215,19 +215,25 @@ class Task:
         return MULTI_TURN_INSTRUCTION if self.multi_turn else SINGLE_TURN_INSTRUCTION
 
     @contextlib.contextmanager
-    def serving(self, split: str = "train", settings: Any = None) -> Iterator[str]:
-        """Serve the ``split`` env over OpenEnv on a free loopback port from a background thread; yields its URL."""
+    def serving(self, split: str | None = None, settings: Any = None) -> Iterator[str]:
+        """Serve the task over OpenEnv on a free loopback port from a background thread; yields its URL. Both splits
+        are served (a reset's split picks one, as the trainer's do) unless ``split`` pins one."""
         from mirl.envs.remote.server import serving
 
-        with self.registered(), serving(self.name, {"split": split}, settings) as url:
+        with self.registered(), serving(self.name, _split_options(split), settings) as url:
             yield url
 
-    def serve(self, port: int = 8000, host: str = "127.0.0.1", split: str = "train", settings: Any = None) -> None:
-        """Serve the ``split`` env over OpenEnv until interrupted, as ``mirl serve-env`` does (loopback by default)."""
+    def serve(self, port: int = 8000, host: str = "127.0.0.1", split: str | None = None, settings: Any = None) -> None:
+        """Serve the task over OpenEnv until interrupted, as ``mirl serve-env`` does (loopback by default; both
+        splits unless ``split`` pins one)."""
         from mirl.envs.remote.server import ServeSettings, serve_forever
 
         with self.registered():
-            serve_forever(self.name, {"split": split}, settings or ServeSettings(), host=host, port=port)
+            serve_forever(self.name, _split_options(split), settings or ServeSettings(), host=host, port=port)
+
+
+def _split_options(split: str | None) -> dict[str, str]:
+    return {} if split is None else {"split": split}
 
 
 def _extra_parameters(function: Callable[..., Any]) -> tuple[tuple[str, ...], dict[str, bool], bool]:
