@@ -64,6 +64,14 @@ SOURCE = {
 }
 
 
+class KeyConflict(ValueError):
+    """A ``filter`` key given both ways with different values; ``key`` is the mirl key."""
+
+    def __init__(self, message: str, key: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
 def _number(name: str, value: object, *, integer: bool = False) -> float | int:
     kind = int if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value):
@@ -135,6 +143,7 @@ def read_upstream(
     *,
     names: Mapping[str, str],
     mirl_prefix: str,
+    enabled_as: str | None = None,
 ) -> dict[str, object]:
     """mirl's ``filter`` keys from the upstream settings merged with those given the mirl way.
 
@@ -145,13 +154,16 @@ def read_upstream(
         names: canonical name -> the key as the user wrote it (for messages), e.g.
             ``algorithm.reward_variance_filtering.top_p``.
         mirl_prefix: how the mirl keys are written in messages, e.g. ``"mirl.filter."``.
+        enabled_as: how the user switches the upstream filter on, for messages; default ``{names["enable"]}=true``
+            (TRL switches it on with the strategy: ``reward_variance_filtering='top_p'``).
 
     Returns:
         ``mirl_given`` updated with the mapped keys; ``mirl_given`` unchanged when no upstream setting is given.
 
     Raises:
-        ValueError: an upstream value is out of range; upstream settings are given without ``enable``; or a mirl
-            key given both ways disagrees. The message is one line naming the keys and the fix.
+        ValueError: an upstream value is out of range, or upstream settings are given without ``enable``;
+            :class:`KeyConflict` (a ``ValueError``): a mirl key given both ways disagrees. The message is one line
+            naming the keys and the fix.
 
     >>> names = {key: f"rvf.{key}" for key in DEFAULTS}
     >>> read_upstream({"enable": True, "top_p": 0.8}, {"trajectories_per_group": 4}, names=names, mirl_prefix="f.")
@@ -160,17 +172,18 @@ def read_upstream(
     >>> read_upstream({"enable": True, "strategy": "top_p"}, {"statistic": "std"}, names=names, mirl_prefix="f.")
     Traceback (most recent call last):
     ...
-    ValueError: rvf.strategy=top_p ranks by variance (f.statistic=var), but f.statistic=std is also given; remove \
-one of the two
+    mirl.filtering.upstream.KeyConflict: rvf.strategy=top_p ranks by variance (f.statistic=var), but \
+f.statistic=std is also given; remove one of the two
     """
     given = {key: value for key, value in upstream.items() if value is not None}
     if not given:
         return dict(mirl_given)
+    enabled_as = enabled_as or f"{names['enable']}=true"
     if "enable" not in given:
         listed = ", ".join(names[key] for key in given)
         raise ValueError(
             f"{listed} given but {names['enable']} is not, so the upstream filter would stay off; set "
-            f"{names['enable']}=true to filter with it, or remove {listed}"
+            f"{enabled_as} to filter with it, or remove {listed}"
         )
     values = _checked(given, names)
     mapped = filter_keys(values)
@@ -180,10 +193,11 @@ one of the two
             if source in given:
                 setting = f"{names[source]}={_show(values[source])}"
             else:  # the upstream default of a key the user did not write
-                setting = f"{names['enable']}=true (default {source} {_show(values[source])})"
-            raise ValueError(
+                setting = f"{enabled_as} (default {source} {_show(values[source])})"
+            raise KeyConflict(
                 f"{setting} {_meaning(key, value, mirl_prefix)}, but {mirl_prefix}{key}={_show(mirl_given[key])} is "
-                "also given; remove one of the two"
+                "also given; remove one of the two",
+                key,
             )
     return dict(mirl_given) | mapped
 

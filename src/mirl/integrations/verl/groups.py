@@ -10,7 +10,15 @@ stages on them, so veRL and ``mirl train`` select and report identically:
 - ``mirl.trainer.stages.select(returns, config)``: ``select_groups`` with the ``filter`` block, plus
   trajectory-level control when ``filter.trajectories_per_group > 0``;
 - the metrics: ``rollout/*`` (``stages.rollout_metrics``), ``filter/*`` (the selection's metrics and the
-  too easy / too hard / too coarse counts of ``mirl.diagnostics.groups``), ``filter/kept_trajectories``.
+  too easy / too hard / too coarse counts of ``mirl.diagnostics.groups``), ``filter/kept_trajectories``, and the
+  same selection under the upstream proposal's names, ``reward_variance_filtering/*``
+  (:func:`mirl.filtering.upstream_metrics`).
+
+One row per trajectory. The score of a trajectory is its episode return, once: :class:`MirlAgentLoop` writes one
+output per session (index 0) holding the whole episode, turn after turn, and its ``rm_scores`` sum to the return.
+A session fanned out into one row per turn (keys ``{uid}_{session}_1``, ...; SkyRL's step-wise mode, where the
+review of PR #2217 found every turn's reward entering the group's variance) is refused with an error rather than
+scored per row; the native trainer's per-turn rows are filtered by trajectory (``mirl.trainer.stages``).
 
 Groups with fewer sessions than the largest group (a failed session) cannot enter a (P, K) selection; they are
 dropped and listed in ``incomplete``. Nothing is duplicated: every input key is either kept or dropped, once.
@@ -25,6 +33,7 @@ import torch
 
 from mirl.config import Config
 from mirl.diagnostics.groups import label_counts, label_groups
+from mirl.filtering import upstream_metrics
 from mirl.integrations.verl.episode import episode_from_fields
 from mirl.types import Episode
 
@@ -47,7 +56,11 @@ class Row:
     def session(self) -> int:
         parts = self.key.split("_")
         if len(parts) != 3 or parts[2] != "0":
-            raise ValueError(f"expected a veRL trajectory key '{{uid}}_{{session}}_0', got {self.key!r}")
+            raise ValueError(
+                f"row {self.key!r} is not a whole trajectory (veRL key '{{uid}}_{{session}}_0'): the filter scores "
+                "each trajectory once by its return, so a session fanned out into one row per turn cannot be "
+                "filtered; set actor_rollout_ref.rollout.agent.default_agent_loop=mirl (one row per episode)"
+            )
         return int(parts[1])
 
 
@@ -101,6 +114,7 @@ def select_rows(rows: Sequence[Row], config: Config) -> StepSelection:
     metrics |= {f"filter/{k}": v for k, v in (selection.metrics | label_counts(labels)).items()}
     kept = {groups[uid][k].key for p, uid in enumerate(uids) for k in range(returns.shape[1]) if keep[p, k]}
     metrics["filter/kept_trajectories"] = float(len(kept))
+    metrics |= upstream_metrics(returns, selection.keep, config.filter.ddof)
     return StepSelection(
         keep_keys=tuple(r.key for r in rows if r.key in kept),
         drop_keys=tuple(r.key for r in rows if r.key not in kept),

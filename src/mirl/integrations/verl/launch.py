@@ -2,13 +2,14 @@
 
 :func:`compose` does what ``python -m verl.trainer.main_ppo --config-path=DIR --config-name=NAME KEY=VALUE ...``
 does before training: Hydra composes veRL's ``ppo_trainer`` with the setting (its ``hydra.searchpath`` names
-``pkg://verl.trainer.config``) and the overrides. :func:`check` then runs veRL's ``validate_config`` (batch
-sizes, micro-batches, GPU counts as numbers), resolves the config, reads the ``mirl`` block with the native
-checks (:func:`~mirl.integrations.verl.settings.read_settings`), checks that the sampler's ``sampler_kwargs``
-hold the same filter as ``mirl.filter``, reads the model's ``config.json`` where the model path is a local
-directory, and confirms that the plugin's names are registered. ``mirl verl-config FILE`` prints the resolved
-result (the dry run) and :func:`notes`: a model path that is a hub id (not checked offline) and, for several
-nodes, data paths relative to the launch directory (Ray may start veRL's TaskRunner on another node).
+``pkg://verl.trainer.config``) and the overrides. :func:`check` then runs veRL's ``validate_config`` (batch sizes,
+micro-batches, GPU counts as numbers), resolves the config, reads the ``mirl`` block with the native checks
+(:func:`~mirl.integrations.verl.settings.read_settings`), checks that the sampler's ``sampler_kwargs`` hold the same
+filter as the driver (``mirl.filter`` with ``algorithm.reward_variance_filtering``), reads the model's
+``config.json`` where the model path is a local directory, and confirms that the plugin's names are registered.
+``mirl verl-config FILE`` prints the resolved result (the dry run) and :func:`notes`: a model path that is a hub id
+(not checked offline) and, for several nodes, data paths relative to the launch directory (Ray may start veRL's
+TaskRunner on another node).
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def check(config: DictConfig) -> DictConfig:
             f"veRL's validate_config: {_one_line(err)}; the model path must be a local directory or a hub id in "
             "the cache (override actor_rollout_ref.model.path=DIR)"
         ) from None
-    settings = read_settings(config)
+    settings = read_settings(config, require_filter=True)
     _check_sampler_filter(settings, filter_settings(config.trainer.v1.sampler.sampler_kwargs))
     _model_notes(config)
     expected = {
@@ -108,14 +109,17 @@ def _check_registered() -> None:
 
 
 def _check_sampler_filter(settings, sampler) -> None:
-    """The sampler gets only ``sampler_kwargs``: its filter must be ``mirl.filter`` (and the same stop rule)."""
+    """The sampler gets only ``sampler_kwargs``: its filter must be the driver's (``mirl.filter`` merged with
+    ``algorithm.reward_variance_filtering``), and the same stop rule."""
     sampler_config, max_empty_steps = sampler
     if sampler_config.filter != settings.filter or max_empty_steps != settings.max_empty_steps:
         raise ConfigError(
             f"trainer.v1.sampler.sampler_kwargs (filter {asdict(sampler_config.filter)}, max_empty_steps "
-            f"{max_empty_steps}) differs from mirl.filter {asdict(settings.filter)} / mirl.max_empty_steps "
-            f"{settings.max_empty_steps}, and the sampler uses sampler_kwargs; set sampler_kwargs to "
-            "{filter: ${mirl.filter}, max_empty_steps: ${mirl.max_empty_steps}} as configs/verl/_base.yaml does"
+            f"{max_empty_steps}) differs from mirl.filter and algorithm.reward_variance_filtering "
+            f"{asdict(settings.filter)} / mirl.max_empty_steps {settings.max_empty_steps}, and the sampler uses "
+            "sampler_kwargs; set sampler_kwargs to {filter: ${mirl.filter}, reward_variance_filtering: "
+            "${algorithm.reward_variance_filtering}, max_empty_steps: ${mirl.max_empty_steps}} as "
+            "configs/verl/_base.yaml does"
         )
 
 
