@@ -3,8 +3,12 @@
 Per generation batch, the ``N = P * K`` rewards gathered across processes (TRL keeps the ``K = num_generations``
 rollouts of a prompt on consecutive rows) are reshaped to ``(P, K)`` and handed to
 :func:`mirl.filtering.select_groups`, exactly as the native trainer does. Ranking uses the *raw* rewards
-``r_i = sum_f w_f * r_{i,f}`` (reward weights applied, NaN counted as 0), never the normalised advantages. The
-selection is made identically on every process from the gathered rewards; each process then handles its own rows.
+``r_i = sum_f w_f * r_{i,f}`` (reward weights applied, NaN counted as 0), taken from ``_calculate_rewards`` before
+TRL aggregates or normalises anything, never the advantages: with ``multi_objective_aggregation="normalize_then_sum"``
+TRL's summed reward is already a per-group z-score, so every group with spread would look alike (the trap the
+review of TRL PR #7242 found in that proposal), and the advantages are z-scores under ``scale_rewards="group"``
+(tested: a step keeps the group with the larger raw variance, where the advantages tie). The selection is made
+identically on every process from the gathered rewards; each process then handles its own rows.
 
 Every process runs the same collectives in the same order whatever its rows hold: the gather of the new
 normaliser runs even on a process whose rows are all kept (one that skipped it would leave the others waiting).
@@ -42,7 +46,7 @@ from trl import GRPOTrainer
 
 from mirl.config import FilterConfig
 from mirl.diagnostics.groups import label_counts, label_groups
-from mirl.filtering import Selection
+from mirl.filtering import Selection, upstream_metrics
 from mirl.integrations.trl.config import SNRFilterGRPOConfig
 from mirl.integrations.trl.envs import refuse_unused_vllm
 from mirl.trainer.stages import select_rows
@@ -182,9 +186,11 @@ class SNRFilterGRPOTrainer(GRPOTrainer):
     ``GRPOTrainer`` step on a batch of the kept groups only; other loss types are warned about once. With
     ``filter_strategy="none"`` nothing is touched and the step is bitwise that of ``GRPOTrainer``.
 
-    The ``filter/*`` metrics (same names and meanings as the native trainer) go to TRL's logger;
-    ``groups_too_coarse`` is not among them and those groups count as ``groups_too_hard`` (telling them apart needs
-    the parsed actions of every group, which TRL's batch does not carry).
+    The ``filter/*`` metrics (same names and meanings as the native trainer) go to TRL's logger, and the same
+    selection under the upstream proposal's names, ``reward_variance_filtering/*``
+    (:func:`mirl.filtering.upstream_metrics`); ``groups_too_coarse`` is not among them and those groups count as
+    ``groups_too_hard`` (telling them apart needs the parsed actions of every group, which TRL's batch does not
+    carry).
     """
 
     def __init__(self, model, reward_funcs=None, args: SNRFilterGRPOConfig | None = None, **kwargs) -> None:
@@ -239,6 +245,9 @@ class SNRFilterGRPOTrainer(GRPOTrainer):
         metrics |= group_label_counts(self._raw_rewards, self.num_generations, self.filter_config.success_threshold)
         for key, value in metrics.items():
             self._metrics["train"][f"filter/{key}"].append(float(value))
+        returns = self._raw_rewards.detach().double().view(-1, self.num_generations)  # (P, K)
+        for key, value in upstream_metrics(returns, selection.keep, self.filter_config.ddof).items():
+            self._metrics["train"][key].append(value)
         keep = local_rows(rows, self.accelerator.process_index, output["advantages"].shape[0])  # (B,)
         self.unfiltered_batch = {key: output[key] for key in UNFILTERED_KEYS}  # what the diagnostics score
         output = mask_dropped_rows(output, keep, self.accelerator.gather)  # a collective: every process, always
