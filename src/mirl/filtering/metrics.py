@@ -134,8 +134,8 @@ def upstream_metrics(returns: torch.Tensor, keep: torch.Tensor, ddof: int = 1) -
     SkyRL's proposal (PR #2217) logs the same six values as ``reward/variance_filter_<name>``.
 
     >>> m = upstream_metrics(torch.tensor([[-3.0, 3.0], [-2.0, 2.0], [-1.0, 1.0]]), torch.tensor([True, True, False]))
-    >>> m["reward_variance_filtering/total_variance"], m["reward_variance_filtering/selected_variance_ratio"]
-    (28.0, 0.9285714285714286)
+    >>> m["reward_variance_filtering/total_variance"], round(m["reward_variance_filtering/selected_variance_ratio"], 4)
+    (28.0, 0.9286)
     """
     returns = returns.double()  # (P, K)
     variances = STATISTICS["var"](returns, check_ddof(ddof))  # (P,): 18, 8, 2 above; 26 / 28 kept
