@@ -46,10 +46,10 @@ def test_engine_weights_of_a_plain_model_are_its_state_dict():
 
 
 def test_engine_weights_merge_lora_out_of_place():
-    peft = pytest.importorskip("peft")
-    model = peft.get_peft_model(
-        tiny_model(), peft.LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0)
-    )
+    pytest.importorskip("peft")
+    from mirl.trainer.setup import lora_model
+
+    model = lora_model(tiny_model(), rank=4, alpha=8, seed=0)  # mirl's own wrapping: all linear layers
     with torch.no_grad():  # fresh adapters have B = 0; give them a delta so merging matters
         for name, param in model.named_parameters():
             if "lora_B" in name:

@@ -147,11 +147,12 @@ def test_generate_syncs_by_itself_when_the_weights_changed(policy):
 
 def test_a_lora_model_is_served_with_its_adapters_merged(policy):
     """The trainer wraps the model in LoRA adapters; the engine must sample from W + (alpha / r) B A."""
-    peft = pytest.importorskip("peft")
+    pytest.importorskip("peft")
+    from mirl.trainer.setup import lora_model
+
     prompt = _prompts(policy.tokenizer)[1]
     plain = copy.deepcopy(policy.hf)
-    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0)
-    policy.model = peft.get_peft_model(policy.model, config)
+    policy.model = lora_model(policy.model, rank=4, alpha=8, seed=0)  # mirl's own wrapping: all linear layers
     try:
         with torch.no_grad():  # fresh adapters have B = 0; give them a delta that changes the distribution
             for name, param in policy.model.named_parameters():
