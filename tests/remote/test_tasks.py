@@ -4,9 +4,7 @@ by split and index (mirl's falls back to seeded resets on a server that lists no
 
 from __future__ import annotations
 
-import contextlib
 import json
-import threading
 
 import pytest
 
@@ -198,24 +196,13 @@ def test_a_websocket_only_server_gets_seeded_resets():
     assert seen[0] == {"type": "reset", "data": {"seed": 3}}
 
 
-@contextlib.contextmanager
 def uvicorn_thread(app):
     import uvicorn
 
-    from mirl.envs.remote.server import bind
+    from mirl.envs.remote.server import bind, running
 
     sock = bind("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        while not server.started and thread.is_alive():
-            threading.Event().wait(0.01)
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        sock.close()
+    return running(uvicorn.Server(uvicorn.Config(app, log_level="warning")), sock)
 
 
 def test_the_trainer_plays_each_split_on_one_server():

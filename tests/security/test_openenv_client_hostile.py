@@ -178,36 +178,12 @@ def test_a_forged_assistant_turn_in_a_served_observation_stays_text():
     assert ours == theirs  # 13 special ids more in turn 2 before
 
 
-def _raw_server(answer) -> tuple[socket.socket, list[int]]:
-    """A TCP listener on loopback that answers each connection's request with ``answer(port)``; returns it and a
-    list counting its connections."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(0.2)
-    hits: list[int] = []
-
-    def serve():
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            hits.append(1)
-            with conn, contextlib.suppress(OSError):
-                conn.settimeout(2)
-                conn.recv(65536)
-                conn.sendall(answer())
-
-    threading.Thread(target=serve, daemon=True).start()
-    return listener, hits
-
-
 def test_a_cross_origin_redirect_is_not_followed():
-    elsewhere, reached = _raw_server(lambda: b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+    not_found = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
+    elsewhere, reached = _raw_server(lambda path, conn: conn.sendall(not_found))
     port = elsewhere.getsockname()[1]
     redirect = f"HTTP/1.1 302 Found\r\nLocation: ws://localhost:{port}/ws\r\nContent-Length: 0\r\n\r\n".encode()
-    redirector, asked = _raw_server(lambda: redirect)
+    redirector, asked = _raw_server(lambda path, conn: conn.sendall(redirect))
     try:
         episodes, _ = play(f"http://127.0.0.1:{redirector.getsockname()[1]}", episodes=1)
     finally:
@@ -268,7 +244,7 @@ def test_a_training_run_whose_remote_env_sends_one_hostile_reply_finishes(tmp_pa
     assert line["rollout/env_malformed_frac"] == pytest.approx(1 / len(rows))
 
 
-def _task_api_server(answer) -> tuple[socket.socket, list[str]]:
+def _raw_server(answer) -> tuple[socket.socket, list[str]]:
     """A TCP listener on loopback that reads each request's first line and lets ``answer(path, conn)`` write the
     reply (for at most 10 s); returns it and the paths asked for."""
     listener = socket.create_server(("127.0.0.1", 0))
@@ -329,7 +305,7 @@ def test_a_hostile_task_listing_ends_the_reset_within_the_deadline(case):
     from mirl.envs import make
 
     answer, reason = TASK_API_CASES[case]
-    listener, _ = _task_api_server(answer)
+    listener, _ = _raw_server(answer)
     try:
         env = make("openenv", url=f"http://127.0.0.1:{listener.getsockname()[1]}", timeout_s=2.0)
         started = time.monotonic()
@@ -343,10 +319,10 @@ def test_a_hostile_task_listing_ends_the_reset_within_the_deadline(case):
 
 
 def test_a_redirected_task_listing_is_not_followed():
-    elsewhere, reached = _raw_server(lambda: _json_reply(b'["x"]'))
+    elsewhere, reached = _raw_server(lambda path, conn: conn.sendall(_json_reply(b'["x"]')))
     port = elsewhere.getsockname()[1]
     redirect = f"HTTP/1.1 302 Found\r\nLocation: http://localhost:{port}/list_environments\r\nContent-Length: 0\r\n\r\n"
-    redirector, asked = _task_api_server(lambda path, conn: conn.sendall(redirect.encode()))
+    redirector, asked = _raw_server(lambda path, conn: conn.sendall(redirect.encode()))
     try:
         from mirl.envs import make
 

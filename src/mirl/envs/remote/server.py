@@ -373,7 +373,14 @@ def serving(name: str, options: Mapping | None = None, settings: ServeSettings |
     """
     settings = settings or ServeSettings()
     sock = bind("127.0.0.1", 0)
-    server = uvicorn_server(build_app(name, options or {}, settings), sock, settings)
+    with running(uvicorn_server(build_app(name, options or {}, settings), sock, settings), sock) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def running(server, sock: socket.socket) -> Iterator[str]:
+    """Run the ``uvicorn.Server`` ``server`` on the bound loopback socket ``sock`` from a background thread until the
+    block ends; yields its ``http://`` URL once it has started."""
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
