@@ -60,30 +60,27 @@ def plan(rows: Sequence[Sequence[int]], per_token: float, per_pair: float) -> li
     order = sorted(range(len(rows)), key=lambda i: list(rows[i]))
     lengths = [len(rows[i]) for i in order]
     links = [common_length(rows[order[j]], rows[order[j + 1]]) for j in range(len(order) - 1)]
-    # best[j] = least cost of the first j rows (in sorted order); start[j] = where the last run begins
-    best, start = [0.0], [0]
+    # best[j] = least cost of the first j rows (in sorted order); last[j] = (start, shared length) of their last run
+    best, last = [0.0], [(0, 0)]
     for j in range(1, len(order) + 1):
         best.append(float("inf"))
-        start.append(j - 1)
-        shared, total = None, 0
+        last.append((j - 1, lengths[j - 1]))
+        shared, shortest, total = None, lengths[j - 1], 0
         for i in range(j - 1, -1, -1):  # the last run is order[i:j]
             total += lengths[i]
             if i < j - 1:
-                shared = min(links[i] if shared is None else min(shared, links[i]), min(lengths[i:j]) - 1)
+                shortest = min(shortest, lengths[i])
+                shared = min(links[i] if shared is None else shared, links[i], shortest - 1)
                 if shared < MIN_SHARED:
                     break
             tokens = total - (j - 1 - i) * (shared or 0)
             cost = best[i] + per_token * tokens + per_pair * tokens * tokens
             if cost < best[j]:
-                best[j], start[j] = cost, i
+                best[j], last[j] = cost, (i, lengths[i] if shared is None else shared)
     runs, j = [], len(order)
     while j > 0:
-        i = start[j]
-        members = order[i:j]
-        shared = len(rows[members[0]]) if len(members) == 1 else min(links[k] for k in range(i, j - 1))
-        if len(members) > 1:
-            shared = min(shared, min(len(rows[m]) for m in members) - 1)
-        runs.append((members, shared))
+        i, shared = last[j]
+        runs.append((order[i:j], shared))
         j = i
     return runs[::-1]
 
