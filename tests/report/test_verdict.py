@@ -75,12 +75,20 @@ def test_too_few_diagnosed_iterations_is_undetermined_not_a_red_collapse(tmp_pat
     result = verdict(write(tmp_path, lines, config={"rollout": {"temperature": 0.7}}))
     assert result.regime == "undetermined" and result.health == "check"
     assert "too few diagnosed iterations to call a regime (1, need 3)" in result.warnings
-    assert "entropy measured at T = 1 on T = 0.7 samples" in result.warnings
     regime = result.fact("regime")
     assert regime.value == "undetermined (trajectory)" and regime.tone == "plain"
     assert "latest H(Z|X) 1.2 nats/token (T = 1 on T = 0.7 samples) vs 0.5" in regime.detail
-    assert "retrieval above chance 0.438 vs 0.1" in regime.detail
+    assert "retrieval above chance +0.438 vs 0.1" in regime.detail  # 0.5 - 0.0625, no null logged
     assert result.fact("success").value == "0.06 -> 0.25 (up)"
+
+
+def test_sampling_cooler_than_the_scoring_temperature_is_evidence_not_a_warning(tmp_path):
+    """The quickstart samples at T = 0.7 and scores at T = 1 (docs/metrics.md, "Temperatures"): the regime's evidence
+    names both temperatures and the regime call accounts for them, so no warning fires on the shipped settings."""
+    lines = [UPDATED | diag(regime="diverse_grounded", temperature=0.7)] * 3
+    result = verdict(write(tmp_path, lines, config={"rollout": {"temperature": 0.7}}))
+    assert result.warnings == () and result.health == "healthy"
+    assert "(T = 1 on T = 0.7 samples)" in result.fact("regime").detail
 
 
 def test_a_called_collapse_is_unhealthy_and_a_grounded_run_with_dependence_is_healthy(tmp_path):
@@ -94,9 +102,13 @@ def test_a_called_collapse_is_unhealthy_and_a_grounded_run_with_dependence_is_he
 
 def test_input_dependence_is_judged_on_its_interval(tmp_path):
     # 8 of 16 retrieved: interval 0.28-0.72 lies above chance 1/16 -> above chance
+    # the value judged leads: 0.5 - 0.0625 = +0.4375, interval [0.279992, 0.720008] - 0.0625 = [0.2175, 0.6575]
     above = verdict(write(tmp_path, [UPDATED | diag(acc=0.5)], name="a")).fact("input dependence")
-    assert above.value == "retrieval 0.5 vs chance 0.0625: above chance" and above.tone == "ok"
-    assert above.detail == "retrieval 0.5 (95% interval 0.28-0.72 over 16 pairs); trajectory scope, iteration 1"
+    assert above.value == "retrieval above chance +0.438 (95% +0.217 to +0.658): above chance" and above.tone == "ok"
+    assert above.detail == (
+        "top-1 retrieval 0.5 minus chance 0.0625; Wilson interval of the retrieval; 16 pairs, trajectory scope, "
+        "iteration 1"
+    )
     # 2 of 16 (0.125): interval 0.035-0.36 contains chance 1/16 -> at chance
     at = verdict(write(tmp_path, [UPDATED | diag(acc=0.125)], name="b")).fact("input dependence")
     assert at.value.endswith("at chance") and at.tone == "warn"
@@ -111,11 +123,14 @@ def test_input_dependence_uses_the_permutation_null_interval_when_logged(tmp_pat
     above = verdict(write(tmp_path, [UPDATED | diag(acc=0.375, **null)], name="a")).fact("input dependence")
     # the interval [0.1, 0.5] lies above 0 and is printed beside the value it belongs to, +0.30 (a value outside
     # its own interval, as "retrieval 0.375 ... interval 0.16-0.56" of chance-shifted bounds read, cannot recur)
-    assert above.value == "retrieval 0.375 vs chance 0.0625: above chance"
+    # one number, the one judged, leads with its interval; the nominal chance 0.0625 is not in the card: the
+    # shuffled attributions' mean accuracy, 0.375 - 0.3 = 0.075, is this batch's chance
+    assert above.value == "retrieval above chance +0.300 (null-corrected; 95% +0.100 to +0.500): above chance"
     assert above.detail == (
-        "above chance, null-corrected: +0.30 (95% interval +0.10 to +0.50, from shuffled attributions, 16 pairs); "
-        "trajectory scope, iteration 1"
+        "top-1 retrieval 0.375 minus 0.075, its mean when the reasonings are attributed to shuffled prompts (the "
+        "chance of this batch); interval from the shuffles; 16 pairs, trajectory scope, iteration 1"
     )
+    assert "0.0625" not in above.value + above.detail
     straddle = {**null, "diag/trajectory/est/retrieval_above_chance_ci_low": -0.05}
     at = verdict(write(tmp_path, [UPDATED | diag(acc=0.375, **straddle)], name="b")).fact("input dependence")
     assert at.value.endswith("at chance")  # the Wilson interval alone would call 6 of 16 above chance
@@ -134,8 +149,58 @@ def test_single_validation_point_and_crash(tmp_path):
     assert result.health == "unhealthy" and result.warnings[0] == "the run is crashed: out of memory"
 
 
+def test_the_same_retrieval_above_chance_in_the_card_the_regime_and_the_line(tmp_path):
+    null = {
+        "diag/trajectory/est/retrieval_above_chance_corrected": 0.0553125,
+        "diag/trajectory/est/retrieval_above_chance_ci_low": 0.0,
+        "diag/trajectory/est/retrieval_above_chance_ci_high": 0.125,
+    }
+    result = verdict(write(tmp_path, [UPDATED | diag(acc=0.125, chance=0.140625, **null)] * 3))
+    card, regime = result.fact("input dependence"), result.fact("regime")
+    assert card.value == "retrieval above chance +0.055 (null-corrected; 95% +0.000 to +0.125): at chance"
+    assert "retrieval above chance +0.055 (null-corrected) vs 0.1" in regime.detail
+    assert f"input dependence {card.value} |" in result.line()
+    assert "0.141" not in card.value and "0.0553" not in regime.detail  # no nominal chance, one format
+
+
+def test_single_values_of_a_finished_run_are_not_a_trend_to_come(tmp_path):
+    lines = [UPDATED | {"rollout/success": 0.1}, UPDATED | {"val/success": 0.25}]
+    done = verdict(write(tmp_path, lines, config={"validation": {"every": 0}}, name="a"))
+    assert done.fact("validation").detail == "validation ran once, after the last iteration (validation.every=0)"
+    running = verdict(write(tmp_path, lines, summary={"status": "running"}, name="b"))
+    assert running.fact("validation").detail == "one logged value: no trend yet"
+    assert "no trend" not in verdict(write(tmp_path, lines, name="c")).fact("validation").detail
+
+
+def test_kept_share_says_which_iterations_kept_no_group(tmp_path):
+    kept = verdict(write(tmp_path, [UPDATED] * 4, name="a")).fact("kept share")
+    assert kept.detail == "mean over 4 iterations; every iteration kept at least one group"
+    lines = [UPDATED, UPDATED | {"filter/kept_ratio": 0.0, "filter/empty": 1.0, "train/optimizer_steps": 0.0}]
+    assert verdict(write(tmp_path, lines, name="b")).fact("kept share").detail.endswith("; 1 of 2 kept no group")
+
+
+def test_a_busy_machine_is_a_note_that_never_sets_the_health_word(tmp_path):
+    """PaceWatch's own two messages (mirl.trainer.pace) become notes, in summaries with or without warned_by;
+    another watch's warning still counts."""
+    from mirl.trainer.pace import PaceWatch
+
+    busy = PaceWatch(load=lambda: 5.7, cores=2).check(1, {"perf/rollout_tokens_per_s": 15.0})
+    slower = PaceWatch(load=lambda: 2.3, cores=2)
+    slower.check(12, {"perf/rollout_tokens_per_s": 7632.0})
+    busier = slower.check(35, {"perf/rollout_tokens_per_s": 2278.0})
+    grounded = [UPDATED | diag(regime="compressed_grounded")] * 3
+    for index, said in enumerate(([busy], [busier], [busy, busier])):
+        summary = {"status": "finished", "warnings": said} | ({"warned_by": ["PaceWatch"]} if index else {})
+        result = verdict(write(tmp_path, grounded, summary=summary, name=f"run{index}"))
+        assert result.health == "healthy" and result.warnings == () and result.notes == tuple(said)
+        assert result.line().endswith(" | note: " + "; ".join(said))
+    other = {"status": "finished", "warnings": ["the softmax-mode filter kept more than 90% of the groups"]}
+    result = verdict(write(tmp_path, grounded, summary=other, name="other"))
+    assert result.health == "check" and result.warnings == tuple(other["warnings"]) and result.notes == ()
+
+
 def test_summary_warnings_and_no_data(tmp_path):
-    slow = {"status": "finished", "warnings": ["iteration 2 sampled 12 tokens/s, 3.1x below iteration 1"]}
+    slow = {"status": "finished", "warnings": ["the filter kept more than 90% of the groups for 5 iterations"]}
     assert slow["warnings"][0] in verdict(write(tmp_path, [UPDATED], summary=slow, name="a")).warnings
     empty = verdict(read_run(tmp_path))
     assert empty.health == "no data" and empty.line().startswith("summary: no data | status unknown")

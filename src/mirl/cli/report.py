@@ -1,7 +1,8 @@
 """``mirl report RUN_DIR`` and ``mirl compare RUN_A RUN_B ...``: HTML reports from run directories.
 
-``mirl compare`` writes ``compare.html`` (and its PNGs under ``compare/``) beside the first run directory unless
-``--out`` says where. Both commands print where they wrote, every piece of data they could not find, and how long
+``mirl compare`` writes ``compare.html`` (and its PNGs under ``compare/``) into the current folder unless ``--out``
+says where, as :func:`mirl.report.build_comparison` does: beside a run it would land in a results folder that may
+be under version control. Both commands print where they wrote, every piece of data they could not find, and how long
 they took; they exit 0 with a partial report when files are missing or lines are malformed (each listed with its
 line number), and 2 when a path is not a run directory or ``--out`` cannot be a file.
 """
@@ -57,7 +58,7 @@ def register(subparsers) -> None:
     )
     compare.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories to compare")
     compare.add_argument(
-        "--out", metavar="FILE", help="HTML file to write (default compare.html beside the first run directory)"
+        "--out", metavar="FILE", help="HTML file to write (default compare.html in the current folder)"
     )
     compare.add_argument("--labels", nargs="+", metavar="LABEL", help="one legend label per run (default: run names)")
     compare.add_argument("--scope", default="trajectory", help="diagnostics scope for MI curves (default trajectory)")
@@ -100,7 +101,7 @@ def run_compare(args: argparse.Namespace) -> int:
 
     for run_dir in args.run_dirs:
         check_run_directory(run_dir)
-    out = args.out or Path(args.run_dirs[0]).resolve().parent / "compare.html"  # never the current directory
+    out = Path(args.out or "compare.html").resolve()  # printed in full: where the page went is never a guess
     check_output_file(out)
     # a FileNotFoundError or ValueError is a user error: one line from mirl.cli.main, the traceback with --debug
     result = build_comparison(args.run_dirs, out, labels=args.labels, scope=args.scope, family=args.family)

@@ -157,7 +157,8 @@ def _transcripts_section(
 
 
 def verdict_section(result: Verdict) -> Section:
-    """The verdict strip: the health word with status and iterations, one card per other fact, then warnings."""
+    """The verdict strip: the health word with status and iterations, one card per other fact, then warnings and
+    notes (about the machine, set apart: they do not count in the health word)."""
     state = " · ".join(f"{f.label} {f.value}" for f in result.facts if f.label in ("status", "iterations"))
     cards = "".join(
         f'<div class="card {esc(fact.tone)}{" wide" if fact.label == "regime" else ""}">'
@@ -167,10 +168,12 @@ def verdict_section(result: Verdict) -> Section:
         if fact.label not in ("status", "iterations")
     )
     warnings = "".join(f"<li>{esc(warning)}</li>" for warning in result.warnings)
+    notes = "".join(f"<li>note: {esc(note)}</li>" for note in result.notes)  # the machine: no say in the health
     body = (
         f'<div class="strip" id="verdict"><div class="health {esc(result.health.replace(" ", "-"))}">'
         f'{esc(result.health)}<div class="state">{esc(state)}</div></div>{cards}</div>'
         + (f'<ul class="warnings">{warnings}</ul>' if warnings else "")
+        + (f'<ul class="notes">{notes}</ul>' if notes else "")
     )
     return Section("sec-verdict", "Is this run healthy?", body=body)
 

@@ -101,15 +101,28 @@ def _final_peak(run: RunData, key: str) -> str:
     return f"{fmt(series.last)} / {fmt(series.peak)} @{series.peak_iteration}"
 
 
+NO_ONSET = "no fall detected"  # a diagnosed run without a collapse onset: its retrieval never fell beyond its noise
+
+
 def verdict_table(runs: Sequence[RunData], labels: Sequence[str]) -> str:
-    """One row per run: health, iterations, the verdict's facts and its warnings (escaped)."""
+    """One row per run: health, iterations, the verdict's facts, its warnings and its notes (escaped), then what
+    an empty collapse onset means."""
     rows = []
     for run, label in zip(runs, labels, strict=True):
         result = verdict(run)
-        facts = [result.fact(name) for name in ("iterations", *VERDICT_COLUMNS)]
-        cells = [fact.value if fact is not None else "-" for fact in facts]
-        rows.append((label, result.health, *cells, "; ".join(result.warnings) or "-"))
-    return table(("run", "health", "iterations", *VERDICT_COLUMNS, "warnings"), rows)
+        facts = {name: result.fact(name) for name in ("iterations", *VERDICT_COLUMNS)}
+        cells = [fact.value if fact is not None else "-" for fact in facts.values()]
+        if facts["collapse onset"] is None and facts["regime"] is not None:
+            cells[1 + VERDICT_COLUMNS.index("collapse onset")] = NO_ONSET
+        warnings, notes = "; ".join(result.warnings) or "-", "; ".join(result.notes) or "-"
+        rows.append((label, result.health, *cells, warnings, notes))
+    header = ("run", "health", "iterations", *VERDICT_COLUMNS, "warnings", "notes (the machine)")
+    why = (
+        f"collapse onset: the iteration where retrieval fell beyond its noise (docs/metrics.md); {NO_ONSET} when it "
+        "never fell, as in a run whose reasoning was collapsed from its first diagnosed iteration on. Notes about "
+        "the machine do not count in the health word."
+    )
+    return table(header, rows) + f'<p class="intro">{esc(why)}</p>'
 
 
 def summary_body(runs: Sequence[RunData], labels: Sequence[str], scope: str, family: str) -> str:
@@ -140,6 +153,12 @@ def summary_body(runs: Sequence[RunData], labels: Sequence[str], scope: str, fam
     )
 
 
+def needed(note: str) -> bool:
+    """Whether a run-reading note is about a file this page reads (config, summary, metrics); groups.jsonl and
+    rollouts/ feed only the single-run report, so their absence is no gap here."""
+    return not note.startswith(("groups.jsonl", "rollouts/"))
+
+
 def build_comparison(
     run_dirs: Sequence[str | Path],
     out: str | Path | None = None,
@@ -155,7 +174,7 @@ def build_comparison(
     runs = [read_run(path) for path in run_dirs]
     names = unique_labels(runs, labels)
     usable = [(run, name) for run, name in zip(runs, names, strict=True) if len(run.metrics)]
-    notes = [f"{name}: {note}" for run, name in zip(runs, names, strict=True) for note in run.notes]
+    notes = [f"{name}: {note}" for run, name in zip(runs, names, strict=True) for note in run.notes if needed(note)]
     states = [f"{name}: {banner(run)}" for run, name in zip(runs, names, strict=True) if banner(run)]
     images: tuple[Image, ...] = ()
     if usable:

@@ -50,6 +50,8 @@ pre { white-space: pre-wrap; word-break: break-word; background: #f7f7f9; paddin
 #sec-verdict h2, #sec-key h2 { margin-top: 0.8rem; }
 ul.warnings { background: #fff4e5; border-left: 4px solid #f0a020; padding: 0.35rem 0.7rem 0.35rem 2rem;
               margin: 0.4rem 0; }
+ul.notes { background: #f4f4f6; border-left: 4px solid #9aa0a6; padding: 0.3rem 0.7rem 0.3rem 2rem; margin: 0.4rem 0;
+           font-size: 0.85rem; color: #444; }
 details summary { cursor: pointer; color: #3b7ddd; }
 """
 

@@ -7,16 +7,19 @@ The verdict is a health word and a few facts, each with the evidence behind it (
 - status and iterations (``summary.json``, else the metrics);
 - success: training success from its first to its last logged value (means of the first and last quarter when
   there are 8 or more iterations), and validation success the same way;
-- input dependence: top-1 retrieval accuracy of the latest diagnosed iteration against its chance level; "above
-  chance" only when the whole 95 % interval is: the interval of null-corrected retrieval above chance
-  (``est/retrieval_above_chance_corrected`` and ``_ci_*``, :mod:`mirl.diagnostics.null`), printed beside that
-  value, when the run logged it; else a Wilson interval of the accuracy over the M scored pairs, beside the
-  accuracy;
+- input dependence: retrieval above chance of the latest diagnosed iteration, with its 95 % interval, leading
+  the fact: the null-corrected value (``est/retrieval_above_chance_corrected``, top-1 retrieval accuracy less
+  its mean over shuffled attributions, with the interval ``_ci_*`` of :mod:`mirl.diagnostics.null`) when the
+  run logged it, else the accuracy less its chance level with a Wilson interval over the M scored pairs. "Above
+  chance" only when the whole interval is above 0. The regime's evidence and the regime plane show the same
+  value in the same format (:func:`excess`);
 - regime: :func:`mirl.diagnostics.regimes.call_run` over the scope's per-iteration labels, with the latest
   H(Z|X) and retrieval above chance against their thresholds and a plain-language reading;
 - collapse onset: the first iteration at which the scope's retrieval accuracy fell beyond its noise, and whether
   H(Z|X) stayed up there (template collapse) or fell with it (:mod:`mirl.report.onset`); absent when it never fell;
-- kept share: the filter's mean kept fraction and the iterations that kept nothing.
+- kept share: the filter's mean kept fraction and the iterations that kept nothing;
+- notes: what the trainer said about the machine (a busy machine sampling slowly, :mod:`mirl.trainer.pace`),
+  shown beside the verdict and never setting the health word: it tells why a run took long, not how it learned.
 
 Health: ``unhealthy`` when the run crashed, never updated, or its regime is a collapse or has no reasoning to
 judge; ``check`` when any warning stands, input dependence is not above chance, or a collapse onset with H(Z|X)
@@ -26,6 +29,7 @@ held was found; ``healthy`` otherwise; ``no data`` before the first logged itera
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,6 +68,7 @@ class Verdict:
     facts: tuple[Fact, ...]
     warnings: tuple[str, ...]
     regime: str  # the run-level label (mirl.diagnostics.regimes.LABELS)
+    notes: tuple[str, ...] = ()  # about the machine, not the learning: shown, never setting the health word
 
     def fact(self, label: str) -> Fact | None:
         return next((fact for fact in self.facts if fact.label == label), None)
@@ -74,6 +79,8 @@ class Verdict:
         text = f"summary: {self.health} | " + " | ".join(parts)
         if self.warnings:
             text += f" | {len(self.warnings)} warning(s): " + "; ".join(self.warnings)
+        if self.notes:
+            text += " | note: " + "; ".join(self.notes)
         return text
 
 
@@ -91,8 +98,9 @@ def wilson(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def trend(series: Series | None, what: str) -> Fact | None:
-    """First -> last (or first- and last-quarter means from 8 points on) of a success series.
+def trend(series: Series | None, what: str, once: str = "one logged value: no trend yet") -> Fact | None:
+    """First -> last (or first- and last-quarter means from 8 points on) of a success series; ``once`` is the
+    detail of a single logged value.
 
     >>> trend(Series(np.array([1, 2, 3, 4]), np.array([0.06, 0.1, 0.2, 0.25])), "success").value
     '0.06 -> 0.25 (up)'
@@ -101,7 +109,7 @@ def trend(series: Series | None, what: str) -> Fact | None:
         return None
     values, its = series.values, series.iterations
     if len(values) == 1:
-        return Fact(what, f"{fmt(values[0])} at iteration {its[0]}", "one logged value: no trend yet")
+        return Fact(what, f"{fmt(values[0])} at iteration {its[0]}", once)
     quarter = len(values) // 4 if len(values) >= 8 else 1
     first, last = float(values[:quarter].mean()), float(values[-quarter:].mean())
     change = last - first
@@ -127,8 +135,19 @@ def value_at(series: Series | None, iteration: int) -> float | None:
     return float(series.values[found[0]]) if len(found) else None
 
 
+def excess(value: float) -> str:
+    """Retrieval above chance as every place of the verdict prints it: signed, three decimals.
+
+    >>> excess(0.0553125), excess(-0.00375), excess(-0.0001)
+    ('+0.055', '-0.004', '+0.000')
+    """
+    text = f"{value:+.3f}"
+    return "+0.000" if text == "-0.000" else text
+
+
 def dependence(metrics: Metrics, scope: str) -> Fact | None:
-    """Retrieval accuracy of the latest diagnosed iteration vs chance, with a Wilson interval over its pairs."""
+    """Retrieval above chance of the latest diagnosed iteration with its 95 % interval (module docstring): the
+    value the word judges leads, the accuracy it came from is in the detail."""
     acc = metrics.get(f"diag/{scope}/est/retrieval_acc")
     if acc is None:
         return None
@@ -137,26 +156,26 @@ def dependence(metrics: Metrics, scope: str) -> Fact | None:
     n = int(value_at(metrics.get(f"diag/{scope}/pairs"), iteration) or 0)
     if chance is None or n == 0:
         return None
-    name = scope.replace("_", "-")
     est = f"diag/{scope}/est"
-    null_low = value_at(metrics.get(f"{est}/retrieval_above_chance_ci_low"), iteration)
-    null_high = value_at(metrics.get(f"{est}/retrieval_above_chance_ci_high"), iteration)
-    corrected = value_at(metrics.get(f"{est}/retrieval_above_chance_corrected"), iteration)
-    if null_low is not None and null_high is not None and corrected is not None:  # from shuffled attributions
-        how = (f"above chance, null-corrected: {corrected:+.2f} (95% interval {null_low:+.2f} to {null_high:+.2f}, "
-               f"from shuffled attributions, {n} pairs)")  # fmt: skip
-        above, below = null_low > 0, null_high < 0
-    else:
-        low, high = wilson(p * n, n)
-        how = f"retrieval {fmt(p)} (95% interval {low:.2f}-{high:.2f} over {n} pairs)"
-        above, below = low > chance, high < chance
+    low = value_at(metrics.get(f"{est}/retrieval_above_chance_ci_low"), iteration)
+    high = value_at(metrics.get(f"{est}/retrieval_above_chance_ci_high"), iteration)
+    value = value_at(metrics.get(f"{est}/retrieval_above_chance_corrected"), iteration)
+    if low is not None and high is not None and value is not None:  # from shuffled attributions
+        which = "null-corrected; "
+        how = (f"top-1 retrieval {fmt(p)} minus {fmt(p - value)}, its mean when the reasonings are attributed to "
+               "shuffled prompts (the chance of this batch); interval from the shuffles")  # fmt: skip
+    else:  # a run without the permutation null: a Wilson interval of the accuracy, less chance
+        wilson_low, wilson_high = wilson(p * n, n)
+        which, value, low, high = "", p - chance, wilson_low - chance, wilson_high - chance
+        how = f"top-1 retrieval {fmt(p)} minus chance {fmt(chance)}; Wilson interval of the retrieval"
     word, tone = "at chance", "warn"
-    if above:
+    if low > 0:
         word, tone = "above chance", "ok"
-    elif below:
+    elif high < 0:
         word, tone = "below chance", "bad"
-    detail = f"{how}; {name} scope, iteration {iteration}"
-    return Fact("input dependence", f"retrieval {fmt(p)} vs chance {fmt(chance)}: {word}", detail, tone)
+    detail = f"{how}; {n} pairs, {scope.replace('_', '-')} scope, iteration {iteration}"
+    shown = f"retrieval above chance {excess(value)} ({which}95% {excess(low)} to {excess(high)}): {word}"
+    return Fact("input dependence", shown, detail, tone)
 
 
 def criteria(run: RunData) -> Criteria:
@@ -193,16 +212,16 @@ def regime_fact(run: RunData, scope: str, rules: Criteria) -> tuple[Fact, str, s
     evidence = [call.reason]
     est = f"diag/{scope}/est"
     entropy = run.metrics.get(f"{est}/conditional_entropy")
-    dependence = run.metrics.get(f"{est}/retrieval_above_chance_corrected") or run.metrics.get(
-        f"{est}/retrieval_above_chance"
-    )
+    corrected = run.metrics.get(f"{est}/retrieval_above_chance_corrected")
+    dependence = corrected or run.metrics.get(f"{est}/retrieval_above_chance")
     if entropy is not None and dependence is not None:
         temperature = sample_temperature(run, scope)
         cooled = temperature is not None and temperature != SCORING_TEMPERATURE
         at = f"T = {SCORING_TEMPERATURE:g}" + (f" on T = {temperature:g} samples" if cooled else "")
+        which = " (null-corrected)" if corrected is not None else ""
         evidence.append(
             f"latest H(Z|X) {fmt(entropy.last)} nats/token ({at}) vs {rules.entropy:g}; "
-            f"retrieval above chance {fmt(dependence.last)} vs {rules.retrieval:g}"
+            f"retrieval above chance {excess(dependence.last)}{which} vs {rules.retrieval:g}"
         )
     tone = "bad" if call.label in (*COLLAPSES, NO_REASONING) else ("plain" if call.label == "undetermined" else "ok")
     detail = f"{READINGS[call.label]} ({'; '.join(evidence)})"
@@ -243,7 +262,9 @@ def kept_fact(metrics: Metrics, strategy: object = None) -> Fact | None:
     if strategy == "none" and not int((kept.values < 1).sum()):
         return Fact("kept share", "filter off", "filter.strategy=none: every group is trained on")
     none_kept = int(empty.values.sum()) if empty is not None else int((kept.values == 0).sum())
-    detail = f"mean over {len(kept.values)} iterations; {none_kept} kept no group"
+    total = len(kept.values)
+    which = f"{none_kept} of {total} kept no group" if none_kept else "every iteration kept at least one group"
+    detail = f"mean over {total} iterations; {which}"
     return Fact("kept share", f"{fmt(float(kept.values.mean()))} of groups", detail, "warn" if none_kept else "plain")
 
 
@@ -290,6 +311,21 @@ def infrastructure_warnings(metrics: Metrics) -> list[str]:
     return out
 
 
+# the two messages of mirl.trainer.pace.PaceWatch (a busy machine), matched by text because summaries written
+# before ``warned_by`` existed do not say which watch spoke; tests/report/test_verdict.py feeds it PaceWatch's own
+MACHINE = re.compile(
+    r"the machine is busy \(.*\): iteration \d+ sampled \d+ tokens/s"
+    r"|iteration \d+ sampled \d+ tokens/s, [\d.]+x below .*: the machine is busier"
+)
+
+
+def split_summary_warnings(summary: dict) -> tuple[list[str], list[str]]:
+    """summary.json's warnings as (about the run, about the machine): how fast a shared machine sampled says
+    why the run took long, not whether it learned, so it is a note beside the verdict, not a warning in it."""
+    said = [str(w) for w in summary.get("warnings", []) if isinstance(w, str)]
+    return [w for w in said if not MACHINE.match(w)], [w for w in said if MACHINE.match(w)]
+
+
 def verdict(run: RunData) -> Verdict:
     """The verdict of one run (module docstring)."""
     metrics, summary = run.metrics, run.summary
@@ -302,11 +338,7 @@ def verdict(run: RunData) -> Verdict:
     if not len(metrics):
         return Verdict("no data", tuple(facts), ("no iteration logged yet",), "undetermined")
     warnings, no_update = update_warnings(metrics)
-    facts += [
-        f
-        for f in (trend(metrics.get("rollout/success"), "success"), trend(metrics.get("val/success"), "validation"))
-        if f
-    ]
+    facts += [f for f in success_trends(run, status) if f]
     scope, label = diagnosed_scope(metrics), "undetermined"
     if scope is not None:
         found = dependence(metrics, scope)
@@ -315,17 +347,27 @@ def verdict(run: RunData) -> Verdict:
         fact, label, why = regime_fact(run, scope, rules)
         facts += [fact] + [f for f in (onset_fact(metrics, scope, rules),) if f]
         warnings += [why] if why.startswith("too few") else []
-        temperature = sample_temperature(run, scope)
-        if temperature is not None and temperature != SCORING_TEMPERATURE:
-            warnings.append(f"entropy measured at T = {SCORING_TEMPERATURE:g} on T = {temperature:g} samples")
     else:
         warnings.append("no MI diagnostics logged: input dependence and regime unknown")
     facts += [f for f in (kept_fact(metrics, run.config_value("filter.strategy")),) if f]
     warnings += infrastructure_warnings(metrics)
-    warnings += [str(w) for w in summary.get("warnings", []) if isinstance(w, str)]
+    said, notes = split_summary_warnings(summary)
+    warnings += said
     if status in ("crashed", "stopped", "running"):
         warnings.insert(0, f"the run is {status}" + (f": {reason}" if reason else ""))
-    return Verdict(_health(status, no_update, label, facts, warnings), tuple(facts), tuple(warnings), label)
+    health = _health(status, no_update, label, facts, warnings)
+    return Verdict(health, tuple(facts), tuple(warnings), label, tuple(notes))
+
+
+def success_trends(run: RunData, status: str) -> tuple[Fact | None, Fact | None]:
+    """Training and validation success; a single value of a run that ended is its only one, not a trend to come."""
+    ended = status in ("finished", "stopped", "crashed")
+    once = "one logged value" if ended else "one logged value: no trend yet"
+    validated = once
+    if ended and run.config_value("validation.every") == 0:
+        validated = "validation ran once, after the last iteration (validation.every=0)"
+    training = trend(run.metrics.get("rollout/success"), "success", once)
+    return training, trend(run.metrics.get("val/success"), "validation", validated)
 
 
 def _health(status: str, no_update: bool, label: str, facts: list[Fact], warnings: list[str]) -> str:
