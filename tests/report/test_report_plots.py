@@ -176,7 +176,10 @@ def test_a_single_point_is_a_labelled_marker_on_an_axis_from_zero():
     )
     figure, _ = plots.training_figure(metrics)
     success, ret = figure.axes[1], figure.axes[3]  # validation success, validation return
-    assert [t.get_text() for t in success.texts] == ["0.25"] and [t.get_text() for t in ret.texts] == ["4"]
+    # the value is in the legend, not written beside the point (under the legend box, past the axes' right edge)
+    assert len(success.texts) == len(ret.texts) == 0
+    assert [t.get_text() for t in success.get_legend().get_texts()] == ["val/success: 0.25 (one value)"]
+    assert [t.get_text() for t in ret.get_legend().get_texts()] == ["val/return: 4 (one value)"]
     assert success.lines[0].get_marker() == "o"
     low, high = ret.get_ylim()
     assert low < 0 < 4.0 < high and high - low > 4.0  # 0 and the value in view, not a 3.8-4.2 band
@@ -191,12 +194,19 @@ def test_key_figure_draws_four_panels_and_says_what_is_missing(make_run):
     run = read_run(make_run(iterations=10))
     figure, _ = key_figure(run.metrics, "trajectory", Criteria())
     titles = [ax.get_title() for ax in figure.axes]
+    last = run.metrics.get("diag/trajectory/est/retrieval_above_chance")
     assert titles == [
         "success rate",
         "MI vs entropy (trajectory scope, per token)",
-        "regime plane (trajectory scope)",
+        f"regime plane (trajectory scope)\nred ring: latest, iteration 10, retrieval above chance {last.last:+.3f}",
         "kept share of prompt groups (filter)",
     ]
+    plane = figure.axes[2]
+    # no legend box on the data cloud; the latest point is a hollow ring around the last point, not a marker of
+    # its own that reads as one more data point
+    assert plane.get_legend() is None
+    (ring,) = [line for line in plane.lines if line.get_markerfacecolor() == "none"]
+    assert ring.get_marker() == "o" and list(ring.get_xydata()[0]) == list(plane.collections[0].get_offsets()[-1])
     assert _line_labels(figure.axes[1]) == ["I(X;Z) MI-Est", "H(Z|X)"]
     bare = read_run(make_run("bare", iterations=3, omit=("diag", "filter", "val")))
     figure, _ = key_figure(bare.metrics, None, Criteria())

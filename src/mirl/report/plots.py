@@ -54,13 +54,11 @@ def smooth(values: np.ndarray, window: int) -> np.ndarray:
 
 def draw(ax: Axes, series: Series, label: str, color=None, style: str = "-", markers: bool = False) -> None:
     """One curve: faint raw plus moving average when long and per-iteration, else a plain line; a single point is
-    a labelled marker (its value written beside it)."""
+    a marker whose value is in its legend entry (a value written beside the point fell under the legend box or past
+    the right edge of the axes, where a run's one validation lands)."""
     x, y = series.iterations, series.values
     if len(x) == 1:
-        (point,) = ax.plot(x, y, "o", color=color, markersize=6, label=label)
-        ax.annotate(
-            f"{y[0]:.3g}", (x[0], y[0]), textcoords="offset points", xytext=(6, 6), fontsize=8, color=point.get_color()
-        )
+        ax.plot(x, y, "o", color=color, markersize=6, label=f"{label}: {y[0]:.3g} (one value)")
     elif len(x) > SMOOTH_ABOVE and not markers:
         (raw,) = ax.plot(x, y, style, color=color, alpha=0.25, linewidth=0.8)
         ax.plot(x, smooth(y, max(5, len(x) // 25)), style, color=raw.get_color(), linewidth=1.6, label=label)

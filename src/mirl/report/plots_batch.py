@@ -50,6 +50,12 @@ def log_columns(metrics: Metrics, scope: str, family: str) -> float | None:
     return float(np.log(np.median(columns.values))) if columns is not None and columns.values.min() > 0 else None
 
 
+def mark_latest(ax, x: np.ndarray, y: np.ndarray, label: str | None = None) -> None:
+    """A red ring around the latest point, drawn over it: a filled marker of its own read as one more data point."""
+    ax.plot(x[-1:], y[-1:], "o", markersize=14, markerfacecolor="none", markeredgecolor="red", markeredgewidth=2,
+            label=label, zorder=4)  # fmt: skip
+
+
 def regime_axes(ax, x: np.ndarray, y: np.ndarray, thresholds: tuple[float | None, float | None]) -> None:
     x_cut, y_cut = thresholds
     x_hi = max([x.max(), *([x_cut] if x_cut is not None else [])]) * 1.15 + 1e-3
@@ -87,7 +93,7 @@ def regime_figure(
         ax.plot(x, y, color="0.6", linewidth=0.9, zorder=1)
         points = ax.scatter(x, y, c=its, cmap="viridis", vmin=first, vmax=max(last, first + 1), s=28, zorder=3)
         ax.plot(x[:1], y[:1], "s", color="black", markerfacecolor="none", markersize=9, label="first")
-        ax.plot(x[-1:], y[-1:], "*", color="red", markersize=12, label="last", zorder=4)
+        mark_latest(ax, x, y, label="last")
         regime_axes(ax, x, y, (x_cut, retrieval_threshold))
         bound = f", log N = {log_n:.2f}" if log_n is not None else ""
         ax.set_title(f"{scope.replace('_', '-')} scope{bound}", fontsize=10)

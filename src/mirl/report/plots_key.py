@@ -10,8 +10,9 @@ from matplotlib.figure import Figure
 
 from mirl.diagnostics.regimes import Criteria
 from mirl.report.plots import align_x, draw, draw_null_band, empty_panel, finish, mark_onset, new_figure
-from mirl.report.plots_batch import aligned_path, regime_axes
+from mirl.report.plots_batch import aligned_path, mark_latest, regime_axes
 from mirl.report.rundir import Metrics
+from mirl.report.verdict import excess
 
 
 def key_figure(metrics: Metrics, scope: str | None, rules: Criteria) -> tuple[Figure | None, list[str]]:
@@ -68,10 +69,13 @@ def _plane(ax, metrics: Metrics, scope: str | None, rules: Criteria) -> None:
     iterations, x, y = path
     ax.plot(x, y, color="0.6", linewidth=0.9, zorder=1)
     ax.scatter(x, y, c=iterations, cmap="viridis", s=28, zorder=3)
-    ax.plot(x[-1:], y[-1:], "*", color="red", markersize=12, label=f"latest (iteration {iterations[-1]})", zorder=4)
+    mark_latest(ax, x, y)
     regime_axes(ax, x, y, (rules.entropy, rules.retrieval))
-    ax.set_title(f"regime plane ({scope.replace('_', '-')} scope)", fontsize=10)
+    # the latest point is named in the title, not in a legend box that would sit on the data cloud; its value is
+    # printed as the verdict's input dependence and regime cards print it
+    latest = f"red ring: latest, iteration {iterations[-1]}, retrieval above chance {excess(float(y[-1]))}"
+    ax.set_title(f"regime plane ({scope.replace('_', '-')} scope)\n{latest}", fontsize=10)
     ax.set_xlabel("H(Z|X) nats/token, scored at T = 1")
-    ax.set_ylabel("retrieval above chance")
+    corrected = metrics.get(f"diag/{scope}/est/retrieval_above_chance_corrected") is not None
+    ax.set_ylabel("retrieval above chance" + (" (null-corrected)" if corrected else ""))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="center right")
