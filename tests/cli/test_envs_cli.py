@@ -42,7 +42,9 @@ def test_play_sokoban_seed_3_from_a_script():
     assert out.startswith("== sokoban (seed 3) ==\n")
     assert f"Action budget: 10. Type 'quit' to stop.\n\n{initial}\n" in out  # exactly the agent's observation
     assert "reward: -0.1  return: -0.4  actions: 4/10\n" in out
-    assert "reward: 0  return: -0.4  actions: 5/10  (invalid action: nothing happened)\n" in out
+    # the valid words again, where the env has a fixed set
+    invalid = "(invalid action: nothing happened; valid: Up, Down, Left, Right)"
+    assert f"reward: 0  return: -0.4  actions: 5/10  {invalid}\n" in out
     # last push: -0.1 + 1 + 10 = 10.9; return = 10.9 - 7 * 0.1 = 10.2, 9 actions including the invalid one
     assert "reward: 10.9  return: 10.2  actions: 9/10\n######\n#____#\n#_P__#\n#_√###\n#_####\n######\n" in out
     assert out.endswith("episode over: success=True, return=10.2, actions=9\n")
@@ -61,7 +63,7 @@ def test_play_ends_when_the_action_budget_is_spent(monkeypatch, capsys):
     monkeypatch.setattr(sys, "stdin", io.StringIO("nope\nnope again\n"))
     assert main(["play", "bandit", "--seed", "0"]) == 0
     out = capsys.readouterr().out
-    assert out.count("(invalid action: nothing happened)") == 1  # budget 1: the second line is never read
+    assert out.count("(invalid action: nothing happened; valid: Venture, Bond)") == 1  # budget 1: one line read
     assert out.endswith("episode over: success=False, return=0, actions=1\n")
 
 

@@ -16,3 +16,12 @@ def test_help_lists_the_commands():
     out = subprocess.run([sys.executable, "-m", "mirl.cli", "--help"], capture_output=True, text=True, check=True)
     for command in ("train", "eval", "diagnose", "report", "compare", "envs", "play"):
         assert command in out.stdout
+
+
+def test_every_command_help_has_a_description_line():
+    """``mirl <command> --help`` says what the command does under its usage, not only its options."""
+    from mirl.cli import build_parser
+
+    parser = build_parser()
+    missing = [name for name, sub in parser.commands.items() if not (sub.description or "").strip()]
+    assert missing == []

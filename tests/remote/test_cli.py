@@ -30,18 +30,6 @@ def test_user_errors_are_one_line(capsys, args, message):
     assert err.startswith("mirl serve-env: ") and message in err and err.count("\n") == 1
 
 
-@pytest.mark.parametrize(("found", "named"), [(None, "found openenv-core"), ((0, 9), "found openenv 0.9")])
-def test_an_openenv_older_than_0_10_is_one_line(capsys, monkeypatch, found, named):
-    from mirl.envs.remote import server
-
-    assert server.openenv_version() >= (0, 10)  # what the serve extra installs
-    monkeypatch.setattr(server, "openenv_version", lambda: found)
-    assert main(["serve-env", "bandit"]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("mirl serve-env: serving an env needs openenv 0.10") and named in err
-    assert "pip uninstall openenv-core" in err and err.count("\n") == 1
-
-
 def test_an_empty_token_file_is_refused(capsys, tmp_path):
     (tmp_path / "token").write_text("  \n")
     assert main(["serve-env", "frozenlake", "--token-file", str(tmp_path / "token")]) == 2

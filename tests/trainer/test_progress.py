@@ -83,6 +83,20 @@ def test_training_draws_rollout_scoring_and_validation_bars(formatted_policy, ru
     assert any("] train  1/1  elapsed " in line and "success " in line for line in lines), lines
 
 
+def test_a_warning_printed_into_a_redirected_log_stays_one_line(tmp_path, run_config):
+    """Redirected, the console is 80 columns wide: the busy-machine warning came out broken across two lines."""
+    from mirl.trainer.pace import PaceWatch
+
+    log = io.StringIO()
+    sinks = Sinks(
+        tmp_path, run_config("log", "logging.progress=true").logging, total=3, start=0, console=Console(file=log)
+    )
+    message = PaceWatch(load=lambda: 5.7, cores=2).check(1, {"perf/rollout_tokens_per_s": 15.0})
+    sinks.print(f"warning: {message} [load]")
+    sinks.close()
+    assert f"warning: {message} [load]\n" in log.getvalue() and len(message) > 80
+
+
 def test_work_bar_is_removed_and_off_without_progress(tmp_path, run_config):
     config = run_config("off", "logging.progress=true")
     sinks = Sinks(tmp_path, config.logging, total=3, start=0, console=Console(file=io.StringIO()))

@@ -27,7 +27,11 @@ MAX_PAIRS = 100_000  # rows scored per scope; far beyond any rollout file, far b
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "diagnose", help="score saved rollouts: MI proxies, retrieval vs chance, H(Z|X), H(Z), regime"
+        "diagnose",
+        help="score saved rollouts: MI proxies, retrieval vs chance, H(Z|X), H(Z), regime",
+        description="Cross-score the (prompt, reasoning) pairs of saved rollouts (mirl's, veRL's, TRL's, RAGEN's, "
+        "chat or prompt/completion JSONL) with a model and print, per scope, whether the reasoning still depends on "
+        "its input: MI-Est, retrieval against chance, H(Z|X), H(Z) and the regime. See docs/diagnose.md.",
     )
     parser.add_argument(
         "rollouts",

@@ -33,10 +33,19 @@ _ESCAPE = re.compile(r"\x1b(?:\[[0-9;]*|O)?([A-Za-z~])")  # ESC [ A (normal mode
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    envs = subparsers.add_parser("envs", help="list the registered environments and their options")
+    envs = subparsers.add_parser(
+        "envs",
+        help="list the registered environments and their options",
+        description="List the registered environments, each with its options (default value and meaning).",
+    )
     envs.add_argument("names", nargs="*", metavar="ENV", help="show only these environments")
     envs.set_defaults(func=run_envs)
-    play = subparsers.add_parser("play", help="play an environment in the terminal (actions from stdin)")
+    play = subparsers.add_parser(
+        "play",
+        help="play an environment in the terminal (actions from stdin)",
+        description="Play ENV yourself, seeing exactly what the agent sees: type an action (or an arrow key) per "
+        "line, 'quit' to stop. Options after ENV are the env's own, written key=value.",
+    )
     play.add_argument("env", metavar="ENV", help="a registered environment name (see `mirl envs`)")
     play.add_argument("--seed", type=int, default=0, help="instance seed (default 0)")
     play.add_argument(
@@ -184,6 +193,12 @@ def key_actions(line: str, action_words: tuple[str, ...] | None) -> list[str] | 
     return moves
 
 
+def invalid_note(env: Any) -> str:
+    """What ``mirl play`` says after an invalid action: the valid words again, where the env has a fixed set."""
+    words = f"; valid: {', '.join(env.action_words)}" if env.action_words else ""
+    return f"invalid action: nothing happened{words}"
+
+
 def _example(env: Any) -> str:
     return env.action_words[0] if env.action_words else "an answer"
 
@@ -260,7 +275,7 @@ def run_play(args: argparse.Namespace) -> int:
             observation, reward, terminated, truncated, info = env.step(action)
             _refuse_failed(env.name, info)
             total, used = total + reward, used + 1
-            note = "" if info["action_valid"] else "  (invalid action: nothing happened)"
+            note = "" if info["action_valid"] else f"  ({invalid_note(env)})"
             print(f"\nreward: {reward:g}  return: {total:g}  actions: {used}/{env.default_action_budget}{note}")
             print(files.show(observation, info), flush=True)
             done = terminated or truncated or used >= env.default_action_budget

@@ -29,7 +29,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     defaults = ServeSettings()
     serve = subparsers.add_parser(
-        "serve-env", help="serve an environment over OpenEnv (HTTP + WebSocket; train and validation tasks listed)"
+        "serve-env",
+        help="serve an environment over OpenEnv (HTTP + WebSocket; train and validation tasks listed)",
+        description="Serve ENV (a registered env or a mirl Task) over OpenEnv, so any OpenEnv client (TRL, SkyRL, "
+        "mirl's own `openenv` env) can play it; see docs/remote_envs.md.",
     )
     serve.add_argument(
         "env", metavar="ENV", help="a registered environment name (see `mirl envs`), or MODULE:NAME of a mirl Task"

@@ -66,14 +66,29 @@ def run_sweep_command(args: argparse.Namespace) -> int:
     if args.dry_run:
         planned = spec.runs()
         iterations = check_runs(spec, planned)
-        table = Table(title=f"sweep {spec.name}: {len(planned)} runs in {spec.sweep_dir}")
-        for column in ("run", "cell", "seed", "iterations", "state"):
-            table.add_column(column)
-        for plan in planned:
-            state = run_state(spec.sweep_dir / "runs" / plan.name)
-            cell = " ".join(f"{k}={v}" for k, v in plan.cell.items())
-            table.add_row(plan.name, cell, str(plan.seed), str(iterations[plan.name]), state)
-        Console().print(table)
+        title = f"sweep {spec.name}: {len(planned)} runs in {spec.sweep_dir}"
+        header = ("run", "cell", "seed", "iterations", "state")
+        rows = [
+            (
+                plan.name,
+                " ".join(f"{k}={v}" for k, v in plan.cell.items()),
+                str(plan.seed),
+                str(iterations[plan.name]),
+                run_state(spec.sweep_dir / "runs" / plan.name),
+            )
+            for plan in planned
+        ]
+        console = Console()
+        if not console.is_terminal:  # a pipe or a file: whole names, one tab-separated line per run
+            print("\n".join([title, "\t".join(header), *("\t".join(row) for row in rows)]))
+            return 0
+        table = Table(title=title)
+        for column in header:
+            # a run's name is copied whole, never cut or folded; a long cell folds rather than losing its end
+            table.add_column(column, no_wrap=column == "run", overflow="fold")
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
         return 0
     result = run_sweep(spec, jobs=args.jobs, launcher=args.launcher, ray_address=args.ray_address)
     return 1 if result.failed else 0

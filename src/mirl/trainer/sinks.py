@@ -115,7 +115,9 @@ class Sinks:
 
     def print(self, message: str) -> None:
         if self.progress is not None:
-            self.progress.console.print(message)
+            # one line whatever the console's width (80 columns when redirected to a log), and the text as
+            # written: a message may hold brackets rich would read as markup
+            self.progress.console.print(message, markup=False, highlight=False, soft_wrap=True)
         else:
             print(message, flush=True)
 

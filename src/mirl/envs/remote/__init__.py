@@ -11,3 +11,7 @@
 ``openenv`` is the optional extra ``serve``; nothing here is imported by ``mirl.envs`` until ``openenv`` is made or
 a server is started. The client needs only ``websockets``.
 """
+
+# the one install hint of the serve extra, in the README, the docs and every error: an installed mirl takes the
+# extra by name, a clone installed with `pip install -e .` takes it from its own folder
+SERVE_EXTRA = "pip install 'mirl[serve]' (in a clone of mirl: pip install -e '.[serve]')"

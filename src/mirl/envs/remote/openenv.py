@@ -51,6 +51,7 @@ from typing import Any
 
 from mirl.envs.base import TextEnv
 from mirl.envs.registry import register
+from mirl.envs.remote import SERVE_EXTRA
 
 DEFAULT_INSTRUCTION = "You are interacting with an environment. Read each observation and answer with your action."
 
@@ -79,7 +80,7 @@ class OpenEnvEnv(TextEnv):
 
         super().__init__()
         if importlib.util.find_spec("websockets") is None:
-            raise ImportError("env openenv needs websockets: pip install websockets (or 'mirl[serve]')")
+            raise ImportError(f"env openenv needs websockets, which the serve extra installs: {SERVE_EXTRA}")
         if not url:
             raise ValueError("env openenv needs the server's url, e.g. options: {url: http://127.0.0.1:8000}")
         websocket_url(url)  # a ValueError names the accepted schemes

@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from mirl.envs.remote import tasks, wire
+from mirl.envs.remote import SERVE_EXTRA, tasks, wire
 from mirl.envs.remote.guard import (
     Capacity,
     Guard,
@@ -40,7 +40,7 @@ from mirl.envs.remote.guard import (
     request_deadline_protocol,
 )
 
-INSTALL_HINT = "serving an env needs openenv 0.10: pip install 'mirl[serve]'"
+INSTALL_HINT = f"serving an env needs openenv 0.10: {SERVE_EXTRA}"
 FILES_RESERVED = 256  # descriptors kept free of connections: envs, sandboxes, logs and /health itself
 UNREAD_SLACK_BYTES = 1 << 20  # a WebSocket may leave one reply and this much more unread before it is dropped
 
@@ -238,8 +238,7 @@ def build_app(name: str, options: Mapping[str, Any], settings: ServeSettings):
     check_options(name, options)
     found = openenv_version()
     if found is None or not found >= (0, 10):
-        other = "openenv-core" if found is None else f"openenv {'.'.join(map(str, found))}"
-        raise ImportError(f"{INSTALL_HINT} (found {other}; pip uninstall openenv-core first if it is installed)")
+        raise ImportError(f"{INSTALL_HINT} ({installed_openenv(found)})")
     try:
         from fastapi import FastAPI
         from openenv.core.env_server.http_server import HTTPEnvServer
@@ -278,6 +277,20 @@ def build_app(name: str, options: Mapping[str, Any], settings: ServeSettings):
         token=settings.token,
         capacity=Capacity(settings.max_sessions, lambda: server.active_sessions, open_envs),
     )
+
+
+def installed_openenv(found: tuple[int, int] | None) -> str:
+    """What stands in the way of openenv 0.10, in words: nothing installed, the old ``openenv-core`` (its modules
+    share the folder, so it must go first), or an older ``openenv``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        core = version("openenv-core")
+    except PackageNotFoundError:
+        core = None
+    if core is not None:
+        return f"found openenv-core {core}, which installs the same modules: pip uninstall openenv-core first"
+    return "no openenv is installed" if found is None else f"found openenv {'.'.join(map(str, found))}"
 
 
 def openenv_version() -> tuple[int, int] | None:
