@@ -1,10 +1,13 @@
-"""Open reports in headless Chromium: no console errors, every image decodes, every section is there.
+"""Open reports in headless Chromium: no console errors, every image decodes, every section is there, and the first
+screen of committed runs (the quickstart run, organism runs P and B-low) says one thing: one input-dependence number
+in its card, the regime card and the summary line, and a busy machine as a note that leaves the health word alone.
 
 Needs the Debian packages ``chromium`` and ``chromium-driver`` (/usr/bin/chromium, /usr/bin/chromedriver) and
 the Python package ``selenium``; skipped with the reason when any is absent. The flags keep Chromium from
 reaching out to the network (this suite runs offline) and give it a fresh profile.
 """
 
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -160,3 +163,103 @@ def test_organism_report_and_comparison_render(browser, tmp_path):
     assert page["errors"] == [] and len(page["images"]) == 1 and page["images"][0]["width"] > 0
     rows = browser.execute_script("return document.getElementById('sec-summary').innerText;")
     assert "b-low_s0" in rows and "f-low_s0" in rows
+
+
+QUICKSTART = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "quickstart_run"
+FIRST_SCREENS = {"quickstart": QUICKSTART, "p_s1": ORGANISM / "p_s1", "b-low_s1": ORGANISM / "b-low_s1"}
+EXCESS = re.compile(r"retrieval above chance ([+-]\d\.\d{3})")
+NUMBER = re.compile(r"[+-]?\d+\.\d+")
+
+
+def first_screen(driver, html: Path, shot: Path) -> dict:
+    """The verdict strip of ``html`` at a laptop's window size: each card's label, value and detail, the health word,
+    the warnings and notes with whether they are in view, and a screenshot."""
+    driver.set_window_size(*FIRST_SCREEN)
+    try:
+        open_page(driver, html)
+        found = driver.execute_script(
+            "const text = (q) => Array.from(document.querySelectorAll(q)).map(e => e.textContent);"
+            "const inView = (q) => Array.from(document.querySelectorAll(q)).every("
+            "  e => e.getBoundingClientRect().bottom <= window.innerHeight);"
+            "return {cards: Array.from(document.querySelectorAll('#verdict .card')).map(c => ({"
+            "          label: c.querySelector('.label').textContent, value: c.querySelector('.value').textContent,"
+            "          detail: c.querySelector('.detail').textContent})),"
+            "        health: document.querySelector('#verdict .health').firstChild.textContent,"
+            "        warnings: text('ul.warnings li'), notes: text('ul.notes li'),"
+            "        visible: inView('#verdict') && inView('ul.warnings') && inView('ul.notes')};"
+        )
+        shot.write_bytes(driver.get_screenshot_as_png())
+    finally:
+        driver.set_window_size(1280, 1600)
+    found["cards"] = {card["label"]: card for card in found["cards"]}
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(FIRST_SCREENS))
+def test_the_first_screen_gives_one_input_dependence_number_everywhere(browser, tmp_path, capsys, name):
+    """The quickstart run, a P run and a B-low run: the input-dependence card leads with one number, the value its
+    word judges (null-corrected retrieval above chance, with its interval), and the regime card and the summary line
+    `mirl report` prints give the same number; the nominal chance is not on the card."""
+    from mirl.cli import main
+
+    run = tmp_path / name
+    shutil.copytree(FIRST_SCREENS[name], run)
+    assert main(["report", str(run)]) == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    screen = first_screen(browser, run / "report.html", tmp_path / f"{name}.png")
+    assert screen["visible"]
+    card, regime = screen["cards"]["input dependence"], screen["cards"]["regime"]
+    (value,) = EXCESS.findall(card["value"])
+    assert card["value"].startswith(f"retrieval above chance {value} (null-corrected; 95% ")
+    assert len(NUMBER.findall(card["value"])) == 3  # the value and its interval, nothing else
+    assert "chance 0." not in card["value"] + card["detail"]  # no nominal chance beside it
+    assert EXCESS.findall(regime["detail"]) == [value]
+    assert f"| input dependence {card['value']} |" in line and line.startswith(f"summary: {screen['health']} |")
+
+
+def test_a_busy_machine_is_a_note_on_the_first_screen_and_leaves_the_health_word_alone(browser, tmp_path):
+    """B-low seed 1 carries only a throughput warning from its shared machine: the note is on the first screen, and
+    the health word is what the same run reads without it."""
+    import json
+
+    from mirl.report import read_run
+    from mirl.report.verdict import verdict
+
+    busy, quiet = tmp_path / "busy", tmp_path / "quiet"
+    for run in (busy, quiet):
+        shutil.copytree(ORGANISM / "b-low_s1", run)
+    summary = json.loads((quiet / "summary.json").read_text())
+    said = summary.pop("warnings")
+    (quiet / "summary.json").write_text(json.dumps(summary))
+    build_report(busy)
+    screen = first_screen(browser, busy / "report.html", tmp_path / "busy.png")
+    assert len(said) == 1 and "tokens/s" in said[0] and "the machine is busier" in said[0]
+    assert screen["notes"] == [f"note: {said[0]}"] and screen["visible"] and screen["warnings"] == []
+    without = verdict(read_run(quiet))  # the strip renders this verdict; the same run, its note taken away
+    assert without.warnings == () and screen["health"] == without.health
+
+
+def test_compare_rows_give_the_reports_numbers_and_no_notes_about_files_they_do_not_read(browser, tmp_path):
+    """`mirl compare` of P and B-low, run where the README suggests: every row's input dependence is the report's
+    card, an empty collapse onset says why, and no orange "Missing" banner stands for groups.jsonl or rollouts/."""
+    from mirl.report import read_run
+    from mirl.report.verdict import verdict
+
+    runs = []
+    for name in ("p_s1", "b-low_s1"):
+        runs.append(tmp_path / name)
+        shutil.copytree(ORGANISM / name, runs[-1])
+    result = build_comparison(runs, tmp_path / "compare.html")
+    page = open_page(browser, result.html_path)
+    assert page["errors"] == [] and page["missing"] == 0
+    rows = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#sec-summary table:first-of-type tbody tr'))"
+        ".map(r => Array.from(r.cells).map(c => c.textContent));"
+    )
+    header = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#sec-summary table:first-of-type th')).map(c => c.textContent);"
+    )
+    for run, row in zip(runs, rows, strict=True):
+        cells = dict(zip(header, row, strict=True))
+        assert cells["input dependence"] == verdict(read_run(run)).fact("input dependence").value
+    assert dict(zip(header, rows[0], strict=True))["collapse onset"] == "no fall detected"

@@ -156,12 +156,15 @@ def _transcripts_section(
     return Section("sec-transcripts", title, INTROS["transcripts"], missing=tuple(notes), body="\n".join(body))
 
 
+WIDE_CARDS = ("input dependence", "regime")  # a value with its interval, a reading with its evidence: 2 lines, not 4
+
+
 def verdict_section(result: Verdict) -> Section:
     """The verdict strip: the health word with status and iterations, one card per other fact, then warnings and
     notes (about the machine, set apart: they do not count in the health word)."""
     state = " · ".join(f"{f.label} {f.value}" for f in result.facts if f.label in ("status", "iterations"))
     cards = "".join(
-        f'<div class="card {esc(fact.tone)}{" wide" if fact.label == "regime" else ""}">'
+        f'<div class="card {esc(fact.tone)}{" wide" if fact.label in WIDE_CARDS else ""}">'
         f'<div class="label">{esc(fact.label)}</div>'
         f'<div class="value">{esc(fact.value)}</div><div class="detail">{esc(fact.detail)}</div></div>'
         for fact in result.facts
