@@ -178,6 +178,27 @@ def test_compare_overlays_runs_and_tabulates_final_and_peak(make_run, tmp_path):
     assert_self_contained(page)
 
 
+def test_compare_names_only_gaps_in_what_it_reads_and_keeps_machine_notes_apart(make_run, tmp_path):
+    """groups.jsonl and rollouts/ feed the single-run report only: no "Missing" banner for them here. A busy
+    machine's message is in the notes column, and the health word is the one without it."""
+    import json
+
+    busy = make_run("busy", iterations=10, omit=("groups", "rollouts"))
+    summary = json.loads((busy / "summary.json").read_text())
+    note = (
+        "the machine is busy (load average 5.7 on 2 cores): iteration 1 sampled 15 tokens/s, and iterations will "
+        "take longer than on an idle machine"
+    )
+    (busy / "summary.json").write_text(json.dumps(summary | {"warnings": [note]}))
+    quiet = make_run("quiet", iterations=10, omit=("groups", "rollouts", "config"))
+    page = build_comparison([busy, quiet], tmp_path / "cmp.html").html_path.read_text()
+    banners = [line for line in page.splitlines() if 'class="missing"' in line]
+    assert banners == ['<p class="missing">Missing: quiet: config.yaml is missing</p>']
+    summary = section_html(page, "sec-summary")
+    assert "<th>notes (the machine)</th>" in summary and f"<td>{html.esc(note)}</td></tr>" in summary
+    assert f"<td>{html.esc(note)}</td><td>" not in summary  # not in the warnings column
+
+
 def test_compare_rejects_wrong_label_count(make_run, tmp_path):
     with pytest.raises(ValueError, match="expected 2, got 1"):
         build_comparison([make_run("a"), make_run("b")], tmp_path / "c.html", labels=["only-one"])
