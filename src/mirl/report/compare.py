@@ -75,6 +75,12 @@ def comparison_figure(
         if not ax.lines:
             empty_panel(ax, f"no run logged {key}")
         finish(ax, title, ylabel, legend=False, y_range=y_range)
+    first = min(int(run.metrics.iterations[0]) for run in runs)
+    last = max(int(run.metrics.iterations[-1]) for run in runs)
+    pad = max(0.5, 0.02 * (last - first))
+    for ax in axes.flat[: len(panels)]:  # one iteration range: a lone validation point sits where it was logged
+        if ax.lines:
+            ax.set_xlim(first - pad, last + pad)
     legend_ax = axes.flat[-1]
     legend_ax.axis("off")
     handles = [
