@@ -211,3 +211,18 @@ def test_an_unusable_config_value_falls_back_to_the_default(tmp_path):
     run = write(tmp_path, [UPDATED | diag(regime="template_collapse")] * 3, config=config)
     assert verdict_module.criteria(run) == verdict_module.Criteria()
     assert verdict(run).regime == "template_collapse"
+
+
+def test_the_readme_quotes_the_committed_quickstart_run_as_its_verdict_reads():
+    """README's paragraph on benchmarks/data/quickstart_run/: its time, load and summary line are the run's own."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    readme = " ".join((root / "README.md").read_text().split())
+    run = read_run(root / "benchmarks" / "data" / "quickstart_run")
+    result = verdict(run)
+    assert run.summary["wall_time_s"] == 2053.0 and "2,053 s on 2 cores at load average 5.7" in readme
+    assert result.notes and "(load average 5.7 on 2 cores)" in result.notes[0]
+    for name in ("success", "validation", "input dependence", "regime"):
+        assert f"| {name} {result.fact(name).value}" in readme, name
+    assert readme.count("summary: unhealthy | ... |") == 1 and result.health == "unhealthy"
