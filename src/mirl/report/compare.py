@@ -3,9 +3,10 @@
 Panels: training success, training return, validation success, MI-Est and Retrieval-Acc (one scope and
 family, default ``trajectory`` / ``est``; each run's chance level dotted in its colour), token entropy and
 kept ratio. The summary opens with one verdict row per run (:mod:`mirl.report.verdict`, the same verdict as the
-run's report and ``mirl train``'s summary line), then a table of each run's final (last logged) and peak value of
-every headline metric, with the iteration of the peak. A run missing a metric is listed under the plot, not
-dropped.
+run's report and ``mirl train``'s summary line, its notes about the machine in their own column; a diagnosed run
+without a collapse onset reads "no fall detected"), then a table of each run's final (last logged) and peak value
+of every headline metric, with the iteration of the peak. A run missing a metric is listed under the plot, not
+dropped; a run without groups.jsonl or rollouts/ is not, since this page reads neither.
 """
 
 from __future__ import annotations
