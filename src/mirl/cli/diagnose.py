@@ -237,6 +237,8 @@ def diagnose_records(
 
     load_image = _image_loader(path, policy)
     episodes = episodes_from_records(fmt, records, policy.tokenizer, path=path, load_image=load_image, regex=regex)
+    if regex is not None and regex.budget.skipped:  # a reply past its time share: skipped, counted and named
+        print(f"mirl diagnose: {regex.budget.note()}", file=sys.stderr)
     note = input_note(fmt, records, episodes)
     print(f"mirl diagnose: {note}", file=sys.stderr)
     plan = f"scoring {{total:,}} tokens ({mode} mode; {len(episodes)} episodes, up to {num_pairs} pairs per scope)"
