@@ -138,16 +138,34 @@ def test_a_sixty_byte_file_is_read_under_a_three_gib_cap(tmp_path):
     path.write_text(json.dumps({"input": "What is 2+2?", "output": "4", "step": -1}) + "\n")
     assert path.stat().st_size < 64
     code, err, peak, seconds = run_capped(3 * GIB, "diagnose", path, "--model", tmp_path / "none")
-    assert code == 2 and "field 'step' must be a number >= 0" in one_line(err)
+    assert code == 2 and "field 'step' must be a finite number >= 0" in one_line(err)
 
 
-def test_a_million_empty_objects_stop_at_the_record_bound_in_little_memory(tmp_path):
-    """80 MB of `{}` lines peaked at 4.8 GB before the 1M-record refusal: now the lines stream and stop there."""
+def test_a_bounded_read_asks_for_chunks_not_for_its_limit(tmp_path):
+    """``safeio.read_bytes`` (configs, run files, rollouts beside a run) read ``limit + 1`` bytes in one call."""
+    path = tmp_path / "small.json"
+    path.write_text('{"a": 1}')
+    script = (
+        "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30)); "
+        "from mirl.safeio import read_bytes; print(read_bytes(sys.argv[1], 4 << 30))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "src")}
+    done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, env=env)
+    assert (done.returncode, done.stdout.strip()) == (0, "b'{\"a\": 1}'"), done.stderr[-2000:]
+
+
+def test_a_million_empty_objects_stop_at_the_first_line_or_the_record_bound_in_little_memory(tmp_path):
+    """80 MB of `{}` lines peaked at 4.8 GB before the 1M-record refusal: now the lines stream, the first is
+    refused as no known format, and a file of more than 1M valid records stops at the bound."""
     path = tmp_path / "empty.jsonl"
     path.write_bytes(b"{}\n" * 27_000_000)
     code, err, peak, seconds = run_capped(int(1.5 * GIB), "diagnose", path)
+    assert code == 2 and "empty.jsonl:1: the first record has neither" in one_line(err), err[-2000:]
+    assert peak < 600, peak  # MiB: torch, not the file
+    path.write_bytes(b'{"prompt": "p", "completion": "c"}\n' * 1_200_000)
+    code, err, peak, seconds = run_capped(int(1.5 * GIB), "diagnose", path)
     assert code == 2 and "more than 1000000 records" in one_line(err), err[-2000:]
-    assert peak < 900, peak  # MiB: torch and the records, not the file
+    assert peak < 1000, peak
 
 
 def test_records_that_would_fill_memory_are_refused_at_the_stated_bound(tmp_path):
@@ -157,7 +175,7 @@ def test_records_that_would_fill_memory_are_refused_at_the_stated_bound(tmp_path
     line = b'{"input": "x", "output": "y", "ids": [' + b"1000," * 300_000 + b"1]}\n"
     path.write_bytes(line * 80)
     code, err, peak, seconds = run_capped(int(1.4 * GIB), "diagnose", path, limits=f"MAX_RECORD_BYTES={64 << 20}")
-    assert code == 2 and "67108864 bytes" in one_line(err) and ":2:" in err, err[-2000:]
+    assert code == 2 and "67108864 bytes" in one_line(err) and ":5:" in err, err[-2000:]
 
 
 def test_a_parquet_file_whose_strings_decode_past_the_bound_is_refused(tmp_path):
@@ -186,7 +204,7 @@ def test_a_config_nested_five_thousand_deep_is_one_line(tmp_path):
     assert code == 2 and "Traceback" not in err, err[-2000:]
     notes = err.strip().splitlines()
     assert any("nested too deeply" in line for line in notes), err
-    assert notes[-1].startswith("mirl diagnose: ") and "turns" in notes[-1]
+    assert notes[-1].startswith("mirl diagnose: ") and "field 'schema' is missing" in notes[-1]
 
 
 @pytest.mark.parametrize("where", ["verl", "trl"])
