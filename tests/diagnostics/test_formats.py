@@ -4,6 +4,7 @@ mismatches, groups, the reasoning regex and the readers' bounds."""
 
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -308,3 +309,28 @@ def test_doctests(module):
     import importlib
 
     assert doctest.testmod(importlib.import_module(f"mirl.diagnostics.{module}")).failed == 0
+
+
+def test_a_parquet_log_of_other_column_names_is_read_through_fields(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from mirl.diagnostics.formats import parse_fields
+
+    path = tmp_path / "log.parquet"
+    table = pa.table({"query": ["A", "A", "B"], "response": ["x", "y", "z"], "pid": [1, 1, 2], "r": [0.5, 1.0, 0.0]})
+    pq.write_table(table, path)
+    fmt, records = load_records(path, fields=parse_fields("prompt=query,completion=response,group=pid,reward=r"))
+    assert fmt == "prompt-completion" and records.lines == [1, 2, 3]
+    assert records[1] == {"prompt": "A", "completion": "y", "group": 1, "reward": 1.0}
+    with pytest.raises(InputFileError, match="needs columns 'prompt' and 'completion'.* --fields prompt=COLUMN"):
+        load_records(path)
+
+
+def test_a_fifo_or_a_folder_is_refused_after_it_is_opened(tmp_path):
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(InputFileError, match="is not a regular file"):
+        load_records(fifo)
+    with pytest.raises(InputFileError, match="is a directory"):
+        load_records(tmp_path)

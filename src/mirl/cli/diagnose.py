@@ -102,9 +102,10 @@ def scopes_of(choices: list[str] | None) -> list[str]:
 
 def rollout_file(path: str | Path) -> Path:
     """``path`` itself, or for a directory its newest rollout file (said on stderr): a mirl run or its
-    ``rollouts/`` (``iteration_N.jsonl``), veRL's ``rollout_data_dir`` (``<step>.jsonl``), TRL's ``output_dir`` or
-    its ``completions/`` (``completions_N.parquet``). Links are not followed into these folders (``os.scandir``
-    sees them as links), and ``load_records(..., below=path)`` opens the chosen file without following any."""
+    ``rollouts/`` (``iteration_000001.jsonl``, ...), veRL's ``rollout_data_dir`` (``<step>.jsonl``), TRL's
+    ``output_dir`` or its ``completions/`` (``completions_N.parquet``). Links are not followed into these folders
+    (``os.scandir`` sees them as links), and ``load_records(..., below=path)`` opens the chosen file without
+    following any."""
     from mirl.errors import UserError
 
     path = Path(path)
@@ -129,14 +130,14 @@ def rollout_file(path: str | Path) -> Path:
             )
             return folder / newest
     raise UserError(
-        f"{str(path)!r} is a directory without rollout files (mirl's iteration_N.jsonl, veRL's <step>.jsonl, TRL's "
-        "completions_N.parquet); pass a rollout file"
+        f"{str(path)!r} is a directory without rollout files (mirl's iteration_000001.jsonl, veRL's <step>.jsonl, "
+        "TRL's completions_N.parquet); pass a rollout file"
     )
 
 
 def run_settings(rollouts: Path, args: argparse.Namespace) -> None:
     """Fill the pairs, scopes and reasoning rule the user left unset: from the ``config.yaml`` of the run the file
-    belongs to (``RUN/rollouts/iteration_N.jsonl``), so a run is diagnosed as it was in training (said on stderr),
+    belongs to (``RUN/rollouts/iteration_000001.jsonl``), so a run is diagnosed as it was in training (said on stderr),
     else the diagnostics' defaults."""
     from mirl.config import DiagnosticsConfig
 

@@ -78,14 +78,13 @@ def open_file(path: Path, below: Path | None = None):
         raise InputFileError(f"no such file {str(path)!r}; pass a rollout file (.jsonl, .parquet or .csv)") from None
     except OSError as error:
         raise InputFileError(f"cannot read {path}: {error.strerror}") from None
-    handle = os.fdopen(descriptor, "rb")
     mode = os.fstat(descriptor).st_mode
-    if stat.S_ISDIR(mode):
-        handle.close()
-        raise InputFileError(f"{str(path)!r} is a directory; pass a .jsonl file such as runs/<name>/rollouts/<file>")
     if not stat.S_ISREG(mode):
-        handle.close()
+        os.close(descriptor)
+        if stat.S_ISDIR(mode):
+            raise InputFileError(f"{str(path)!r} is a directory; pass a file such as runs/<name>/rollouts/<file>")
         raise InputFileError(f"{path} is not a regular file; mirl reads rollouts only from plain files")
+    handle = os.fdopen(descriptor, "rb")
     return handle
 
 

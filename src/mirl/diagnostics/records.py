@@ -206,6 +206,8 @@ def _require(path: Path, label: str, first: dict, fields: dict[str, str]) -> Non
 
 def _keys(first: dict) -> str:
     keys = sorted(map(str, first))
+    if not keys:
+        return "none (an empty object)"
     return ", ".join(keys[:8]) + (f", ... ({len(keys)} keys)" if len(keys) > 8 else "")
 
 
