@@ -89,14 +89,16 @@ def test_costly_patterns_are_refused_and_cheap_ones_kept(pattern):
 
 
 def test_replies_of_unclosed_tags_are_skipped_within_their_share_and_named(tmp_path, monkeypatch, capsys):
-    """With the pattern the docs recommend, a reply of 95,000 unclosed tags cost about 2 s each and stopped the
-    whole diagnosis blaming the pattern; now each reply has a share of the time, and the skipped ones are counted
-    and named while the others keep their Z."""
+    """With the pattern the docs recommend, a reply of 95,000 unclosed tags cost about 2 s and stopped the whole
+    diagnosis blaming the pattern; now each reply has a share of the time, and the skipped ones are counted and
+    named while the others keep their Z (shorter replies and shares here, so the test stays fast)."""
     from mirl.cli import diagnose as diagnose_cli
+    from mirl.diagnostics import reasoning
     from mirl.policy.tiny import tiny_policy
 
     monkeypatch.setattr(diagnose_cli, "load_policy", lambda model, **options: tiny_policy(seed=5))
-    hostile = "<reasoning>" * 95_000
+    monkeypatch.setattr(reasoning, "SEARCH_PACE", 64 << 20)  # shares of 10 ms: 30,000 tags cost ~0.2 s each
+    hostile = "<reasoning>" * 30_000
     records = [
         {"prompt": f"Grid {g}\n", "completion": hostile if g in "BDE" else f"<reasoning>go {g}</reasoning> Up"}
         for g in "ABCDEF"
@@ -109,9 +111,9 @@ def test_replies_of_unclosed_tags_are_skipped_within_their_share_and_named(tmp_p
     seconds = time.perf_counter() - start
     err = capsys.readouterr().err
     assert code == 0, err
-    assert "3 replies" in err and "record 2" in err
+    assert "3 replies" in err and f"({path}:2, {path}:4, {path}:5)" in err
     assert json.loads(out.read_text())["metrics"]["diag/first_turn/pairs"] == 3.0
-    assert seconds < 90  # encoding the three 1 MB replies dominates
+    assert seconds < 60
 
 
 def test_the_regex_time_of_a_file_is_bounded_in_total(monkeypatch):
@@ -154,18 +156,30 @@ def test_a_bounded_read_asks_for_chunks_not_for_its_limit(tmp_path):
     assert (done.returncode, done.stdout.strip()) == (0, "b'{\"a\": 1}'"), done.stderr[-2000:]
 
 
-def test_a_million_empty_objects_stop_at_the_first_line_or_the_record_bound_in_little_memory(tmp_path):
-    """80 MB of `{}` lines peaked at 4.8 GB before the 1M-record refusal: now the lines stream, the first is
-    refused as no known format, and a file of more than 1M valid records stops at the bound."""
+def test_a_file_of_empty_objects_is_refused_at_its_first_line_in_little_memory(tmp_path):
+    """80 MB of `{}` lines peaked at 4.8 GB before the 1M-record refusal: now the lines stream and the first is
+    refused as no known format."""
     path = tmp_path / "empty.jsonl"
     path.write_bytes(b"{}\n" * 27_000_000)
     code, err, peak, seconds = run_capped(int(1.5 * GIB), "diagnose", path)
     assert code == 2 and "empty.jsonl:1: the first record has neither" in one_line(err), err[-2000:]
-    assert peak < 600, peak  # MiB: torch, not the file
+    assert "got keys none" in err and peak < 600, peak  # MiB: torch, not the file
+
+
+def test_the_record_bound_stops_the_stream_where_it_is_reached(tmp_path):
+    path = tmp_path / "many.jsonl"
+    path.write_bytes(b'{"prompt": "p", "completion": "c"}\n' * 120_000)
+    code, err, peak, seconds = run_capped(int(1.5 * GIB), "diagnose", path, limits="MAX_RECORDS=100000")
+    assert code == 2 and "holds more than 100000 records" in one_line(err), err[-2000:]
+
+
+@pytest.mark.slow
+def test_more_than_a_million_records_stop_at_the_bound_in_little_memory(tmp_path):
+    path = tmp_path / "many.jsonl"
     path.write_bytes(b'{"prompt": "p", "completion": "c"}\n' * 1_200_000)
     code, err, peak, seconds = run_capped(int(1.5 * GIB), "diagnose", path)
     assert code == 2 and "more than 1000000 records" in one_line(err), err[-2000:]
-    assert peak < 1000, peak
+    assert peak < 1000, peak  # MiB: torch and a million parsed records
 
 
 def test_records_that_would_fill_memory_are_refused_at_the_stated_bound(tmp_path):

@@ -65,6 +65,7 @@ class SearchBudget:
         self.left = SEARCH_TOTAL_S if total_s is None else total_s
         self.skipped: list[str] = []
         self.at = "a reply"  # where the next search is, set by the caller: "record 3", "record 3, turn 2"
+        self.name = lambda index: f"record {index + 1}"  # the record at an index, as the caller words it
 
     def share(self, chars: int) -> float:
         return min(SEARCH_TIMEOUT_S, self.left, max(SEARCH_FLOOR_S, chars / SEARCH_PACE))
@@ -264,7 +265,7 @@ def with_reasoning_regex(episodes: Sequence[Episode], rule: ReasoningRegex, toke
     for index, episode in enumerate(episodes):
         turns = []
         for number, turn in enumerate(episode.turns, 1):
-            rule.budget.at = f"record {index + 1}, turn {number}"
+            rule.budget.at = f"{rule.budget.name(index)}, turn {number}"
             decoded = decode(tokenizer, turn.response_ids)
             text = turn.response_text if turn.response_text.endswith(decoded) else decoded
             head = len(text) - len(decoded)

@@ -87,9 +87,11 @@ TURN_FIELDS: dict[str, Check] = {
 
 
 class Records(list):
-    """The checked records of a file, with each one's line (JSONL) or row (parquet, CSV) number in ``lines``."""
+    """The checked records of a file, with each one's line (JSONL) or row (parquet, CSV) number in ``lines`` and
+    ``where(number)`` the words for it (``runs/x/rollouts/iteration_000001.jsonl:3``, ``f.parquet: row 3``)."""
 
     lines: list[int]
+    where: Callable[[int], str]
 
 
 def load_records(
@@ -113,7 +115,7 @@ def load_records(
         chosen, numbered, label = _records_of(path, handle, fmt, fields)
         check = check_episode_record if chosen == "mirl" else FORMATS[chosen].check
         records = Records()
-        records.lines = []
+        records.lines, records.where = [], label
         for number, record in numbered:
             problem = check(record)
             if problem:
