@@ -45,7 +45,7 @@ def with_reasoning(episodes: Sequence[Episode], reasoning: str, tokenizer) -> li
 # ------------------------------------------------------------------------------------------ --reasoning-regex
 
 MAX_PATTERN_CHARS = 1000  # a tag convention fits in a few dozen characters
-MAX_REPEAT_COST = 100_000  # pattern units once counted repeats are multiplied out: at most ~70 MB, 0.3 s to compile
+MAX_REPEAT_COST = 100_000  # units once counted repeats are multiplied out: compiling took <= 51 MB, 0.31 s here
 MAX_SEARCH_CHARS = 1 << 20  # a reply is searched in its first MiB of text
 SEARCH_TIMEOUT_S = 2.0  # the most one reply may take
 SEARCH_PACE = 4 << 20  # characters per second a reply's share is sized by (a lazy tag pattern runs ~100x faster)
