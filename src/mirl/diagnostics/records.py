@@ -25,14 +25,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from mirl import safeio
 from mirl.errors import InputFileError
+from mirl.safeio import MAX_LINE_BYTES  # noqa: F401 (a bound of this module: readers.py reads it here, tests lower it)
 
 ROLES = ("system", "user", "assistant")
 MAX_FILE_BYTES = 4 << 30  # 4 GiB: far above any rollout file, below what would exhaust memory when read
 MAX_PARQUET_BYTES = 1 << 30  # 1 GiB compressed: TRL writes one generation batch per file, a few MiB
 MAX_RECORDS = 1_000_000  # trajectories per file; a training batch holds thousands
-MAX_LINE_BYTES = safeio.MAX_LINE_BYTES  # one JSONL record or CSV line (16 MiB)
 MAX_RECORD_BYTES = 1 << 30  # what a file's records may hold in memory, counted as they are read (readers.py)
 PARQUET_MAGIC = b"PAR1"
 
