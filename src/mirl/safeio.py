@@ -32,6 +32,7 @@ MAX_JSON_BYTES = 16 << 20  # summary.json, eval / diagnose results
 MAX_LINE_BYTES = 16 << 20  # one JSONL record: a metrics line is ~10 KiB, an episode rarely above 1 MiB
 MAX_INT_DIGITS = 20  # an integer in a run file (iteration, token id, count) fits 64 bits; a wider one is damage
 TMP_SUFFIX = ".tmp"
+READ_CHUNK_BYTES = 1 << 20  # what one read asks for
 
 
 class RunDirError(ValueError):
@@ -166,8 +167,12 @@ def open_regular(path: str | os.PathLike, *, follow_links: bool = True):
 def read_bytes(path: str | os.PathLike, limit: int, *, follow_links: bool = True) -> bytes:
     """The bytes of regular file ``path``; :class:`RunDirError` when it is larger than ``limit`` or not a file
     (or a link, with ``follow_links=False``)."""
+    chunks, size = [], 0
     with open_regular(path, follow_links=follow_links) as handle:
-        data = handle.read(limit + 1)
+        while size <= limit and (chunk := handle.read(min(READ_CHUNK_BYTES, limit + 1 - size))):
+            chunks.append(chunk)  # read(limit + 1) would reserve the whole limit up front (4 GiB for rollouts)
+            size += len(chunk)
+    data = b"".join(chunks)
     if len(data) > limit:
         raise RunDirError(f"{path} is larger than {limit} bytes; refusing to read it (is it really mirl's?)")
     return data

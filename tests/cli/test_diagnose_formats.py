@@ -123,7 +123,7 @@ def test_parquet_without_pyarrow_is_one_line_naming_the_extra(tiny_scorer, capsy
 def test_a_directory_of_nothing_known_names_the_files_it_looks_for(tmp_path, tiny_scorer, capsys):
     (tmp_path / "notes.jsonl").write_text("{}\n")
     assert main(["diagnose", str(tmp_path)]) == 2
-    assert "is a directory without rollout files (mirl's iteration_N.jsonl, veRL's" in one_line_error(capsys)
+    assert "is a directory without rollout files (mirl's iteration_000001.jsonl, veRL's" in one_line_error(capsys)
 
 
 def test_the_command_offers_every_format():
@@ -131,3 +131,87 @@ def test_the_command_offers_every_format():
     diagnose_cli.register(parser.add_subparsers())
     action = next(a for a in parser._subparsers._group_actions[0].choices["diagnose"]._actions if a.dest == "format")
     assert sorted(action.choices) == sorted(CHOICES)
+
+
+# ------------------------------------------------------------------------------------------- --fields, CSV
+
+QUERY_RECORDS = [
+    {"query": f"Grid {g}\n", "response": f"<think>grid {g} try {k}</think> Up", "prompt_id": g, "reward": k * 0.5}
+    for g in "ABCD"
+    for k in range(2)
+]
+
+
+def test_a_log_of_other_names_is_refused_with_its_keys_and_a_suggested_mapping(tmp_path, tiny_scorer, capsys):
+    path = tmp_path / "log.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in QUERY_RECORDS))
+    assert main(["diagnose", str(path)]) == 2
+    line = one_line_error(capsys)
+    assert "got keys prompt_id, query, response, reward" in line
+    assert "--fields prompt=query,completion=response,group=prompt_id,reward=reward" in line
+
+
+def test_a_field_mapping_reads_the_same_log_as_prompt_completion_records(tmp_path, tiny_scorer):
+    path = tmp_path / "log.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in QUERY_RECORDS))
+    same = tmp_path / "same.jsonl"
+    renamed = [
+        {"prompt": r["query"], "completion": r["response"], "group": r["prompt_id"], "reward": r["reward"]}
+        for r in QUERY_RECORDS
+    ]
+    same.write_text("".join(json.dumps(r) + "\n" for r in renamed))
+    fields = "prompt=query,completion=response,group=prompt_id,reward=reward"
+    mapped = diagnose(tmp_path, path, "--fields", fields, "--pairs", "8")
+    plain = diagnose(tmp_path, same, "--pairs", "8")
+    assert mapped["format"] == "prompt-completion" and mapped["episodes"] == 8
+    assert mapped["metrics"] == {**plain["metrics"], "time/scoring": mapped["metrics"]["time/scoring"]}
+    assert "in 4 groups from the records' 'group'" in mapped["input"]
+
+
+def test_a_csv_log_is_read_with_or_without_a_mapping(tmp_path, tiny_scorer):
+    import csv
+
+    path = tmp_path / "log.csv"
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["query", "response", "prompt_id", "reward"])
+        writer.writeheader()
+        writer.writerows(QUERY_RECORDS)
+    mapped = diagnose(tmp_path, path, "--fields", "prompt=query,completion=response,group=prompt_id", "--pairs", "8")
+    same = tmp_path / "same.jsonl"
+    same.write_text(
+        "".join(
+            json.dumps({"prompt": r["query"], "completion": r["response"], "group": r["prompt_id"]}) + "\n"
+            for r in QUERY_RECORDS
+        )
+    )
+    plain = diagnose(tmp_path, same, "--pairs", "8")
+    assert mapped["metrics"] == {**plain["metrics"], "time/scoring": mapped["metrics"]["time/scoring"]}
+
+
+def test_a_csv_without_a_mapping_names_its_columns(tmp_path, tiny_scorer, capsys):
+    path = tmp_path / "log.csv"
+    path.write_text("question,answer\nWhat?,<think>x</think> y\n")
+    assert main(["diagnose", str(path)]) == 2
+    line = one_line_error(capsys)
+    assert "got keys answer, question" in line and "--fields prompt=question,completion=answer" in line
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ("prompt", "--fields takes FIELD=KEY pairs"),
+        ("answer=x", "FIELD one of prompt, completion, group, reward, success, step, got 'answer=x'"),
+        ("prompt=a,prompt=b", "--fields names 'prompt' twice"),
+    ],
+)
+def test_a_bad_mapping_is_one_line(tiny_scorer, capsys, fields, message):
+    assert main(["diagnose", str(FIXTURES / "verl" / "1.jsonl"), "--fields", fields]) == 2
+    assert message in one_line_error(capsys)
+
+
+def test_a_mapped_csv_cell_that_is_no_number_names_its_row(tmp_path, tiny_scorer, capsys):
+    path = tmp_path / "log.csv"
+    path.write_text("q,r,score\nA,<think>x</think>,1.0\nB,<think>y</think>,lots\n")
+    assert main(["diagnose", str(path), "--fields", "prompt=q,completion=r,reward=score"]) == 2
+    line = one_line_error(capsys)
+    assert "log.csv: row 2: field 'reward' must be a finite number, got \"lots\"" in line

@@ -101,7 +101,8 @@ CASES = {
     "diagnose missing file": (["diagnose", "{tmp}/nope.jsonl"], "no such file"),
     "diagnose directory": (["diagnose", "{tmp}/adir"], "is a directory"),
     "diagnose empty file": (["diagnose", "{tmp}/empty.jsonl"], "holds no JSON lines"),
-    "diagnose malformed": (["diagnose", "{tmp}/broken.jsonl"], "broken.jsonl:2: not valid JSON"),
+    # read as a stream: the first problem in file order, line 1's missing field before line 2's torn JSON
+    "diagnose malformed": (["diagnose", "{tmp}/broken.jsonl"], "broken.jsonl:1: field 'env' is missing"),
     "diagnose missing keys": (["diagnose", "{tmp}/keys.jsonl"], "keys.jsonl:1: field 'env' is missing"),
     "diagnose list group": (["diagnose", "{tmp}/group.jsonl"], "group.jsonl:1: field 'group' must be"),
     "diagnose null reward": (["diagnose", "{tmp}/reward.jsonl"], "reward.jsonl:1: field 'reward' must be a finite"),

@@ -4,7 +4,9 @@ mismatches, groups, the reasoning regex and the readers' bounds."""
 
 import json
 import math
+import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -212,11 +214,13 @@ def test_a_bad_regex_is_refused_with_the_fix(pattern, message):
         ReasoningRegex.compile(pattern)
 
 
-def test_a_regex_that_backtracks_without_end_is_stopped(monkeypatch):
+def test_a_regex_that_backtracks_without_end_is_stopped_and_the_reply_counted(monkeypatch):
     monkeypatch.setattr(reasoning_module, "SEARCH_TIMEOUT_S", 0.05)
     rule = ReasoningRegex.compile(r"((?:x+x+)+)y")
-    with pytest.raises(UserError, match="ran past 0.05 s on one reply"):
-        rule.span("x" * 5000)
+    start = time.perf_counter()
+    assert rule.span("x" * 5000) is None and rule.span("xxy") == (0, 2)
+    assert time.perf_counter() - start < 1.0 and rule.budget.skipped == ["a reply"]
+    assert "ran past its time share on 1 reply (a reply)" in rule.budget.note()
 
 
 def test_the_think_regex_on_mirl_episodes_equals_the_recorded_spans():
@@ -283,14 +287,14 @@ def test_a_damaged_or_foreign_parquet_file_is_refused(tmp_path):
 def test_files_past_the_record_and_line_limits_are_refused(tmp_path, monkeypatch):
     path = write_jsonl(tmp_path / "many.jsonl", [pc("q", "a")] * 3)
     monkeypatch.setattr(records_module, "MAX_RECORDS", 2)
-    with pytest.raises(InputFileError, match="holds 3 lines \\(at most 2\\)"):
+    with pytest.raises(InputFileError, match="holds more than 2 records; split it"):
         load_records(path)
     pytest.importorskip("pyarrow")
     with pytest.raises(InputFileError, match="holds 12 rows \\(at most 2\\)"):
         load_records(TRL_COMPLETIONS)
     monkeypatch.setattr(records_module, "MAX_RECORDS", 10)
     monkeypatch.setattr(records_module, "MAX_LINE_BYTES", 10)
-    with pytest.raises(InputFileError, match="many.jsonl:1: longer than 10 characters"):
+    with pytest.raises(InputFileError, match="many.jsonl:1: longer than 10 bytes"):
         load_records(path)
     wide = tmp_path / "wide.jsonl"
     wide.write_text('{"prompt": "q", "completion": "a", "step": ' + "9" * 30 + "}\n")
@@ -305,3 +309,28 @@ def test_doctests(module):
     import importlib
 
     assert doctest.testmod(importlib.import_module(f"mirl.diagnostics.{module}")).failed == 0
+
+
+def test_a_parquet_log_of_other_column_names_is_read_through_fields(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from mirl.diagnostics.formats import parse_fields
+
+    path = tmp_path / "log.parquet"
+    table = pa.table({"query": ["A", "A", "B"], "response": ["x", "y", "z"], "pid": [1, 1, 2], "r": [0.5, 1.0, 0.0]})
+    pq.write_table(table, path)
+    fmt, records = load_records(path, fields=parse_fields("prompt=query,completion=response,group=pid,reward=r"))
+    assert fmt == "prompt-completion" and records.lines == [1, 2, 3]
+    assert records[1] == {"prompt": "A", "completion": "y", "group": 1, "reward": 1.0}
+    with pytest.raises(InputFileError, match="needs columns 'prompt' and 'completion'.* --fields prompt=COLUMN"):
+        load_records(path)
+
+
+def test_a_fifo_or_a_folder_is_refused_after_it_is_opened(tmp_path):
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(InputFileError, match="is not a regular file"):
+        load_records(fifo)
+    with pytest.raises(InputFileError, match="is a directory"):
+        load_records(tmp_path)

@@ -46,6 +46,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="the file's format (default auto: told from its content)",
     )
     parser.add_argument(
+        "--fields",
+        metavar="FIELD=KEY,...",
+        help="read any prompt/completion log (JSONL, parquet or CSV) whose keys have other names, e.g. "
+        "prompt=query,completion=response,group=prompt_id,reward=reward (fields: prompt, completion, group, "
+        "reward, success, step; a key may be a dotted path such as metadata.group_id)",
+    )
+    parser.add_argument(
         "--model",
         default="smollm2-135m-instruct",
         help="scorer: smollm2-135m-instruct (offline default), a hub id, a local directory, a .gguf file, "
@@ -99,9 +106,10 @@ def scopes_of(choices: list[str] | None) -> list[str]:
 
 def rollout_file(path: str | Path) -> Path:
     """``path`` itself, or for a directory its newest rollout file (said on stderr): a mirl run or its
-    ``rollouts/`` (``iteration_N.jsonl``), veRL's ``rollout_data_dir`` (``<step>.jsonl``), TRL's ``output_dir`` or
-    its ``completions/`` (``completions_N.parquet``). Links are not followed into these folders (``os.scandir``
-    sees them as links)."""
+    ``rollouts/`` (``iteration_000001.jsonl``, ...), veRL's ``rollout_data_dir`` (``<step>.jsonl``), TRL's
+    ``output_dir`` or its ``completions/`` (``completions_N.parquet``). Links are not followed into these folders
+    (``os.scandir`` sees them as links), and ``load_records(..., below=path)`` opens the chosen file without
+    following any."""
     from mirl.errors import UserError
 
     path = Path(path)
@@ -126,14 +134,14 @@ def rollout_file(path: str | Path) -> Path:
             )
             return folder / newest
     raise UserError(
-        f"{str(path)!r} is a directory without rollout files (mirl's iteration_N.jsonl, veRL's <step>.jsonl, TRL's "
-        "completions_N.parquet); pass a rollout file"
+        f"{str(path)!r} is a directory without rollout files (mirl's iteration_000001.jsonl, veRL's <step>.jsonl, "
+        "TRL's completions_N.parquet); pass a rollout file"
     )
 
 
 def run_settings(rollouts: Path, args: argparse.Namespace) -> None:
     """Fill the pairs, scopes and reasoning rule the user left unset: from the ``config.yaml`` of the run the file
-    belongs to (``RUN/rollouts/iteration_N.jsonl``), so a run is diagnosed as it was in training (said on stderr),
+    belongs to (``RUN/rollouts/iteration_000001.jsonl``), so a run is diagnosed as it was in training (said on stderr),
     else the diagnostics' defaults."""
     from mirl.config import DiagnosticsConfig
 
@@ -148,6 +156,8 @@ def run_settings(rollouts: Path, args: argparse.Namespace) -> None:
             run = load_config(config_file, saved=True).diagnostics
         except (UserError, ValueError) as error:
             print(f"mirl diagnose: not using {config_file} ({error}); the defaults instead", file=sys.stderr)
+        except RecursionError:  # a hostile config nested thousands deep, wherever the parser gave up
+            print(f"mirl diagnose: not using {config_file} (nested too deeply); the defaults instead", file=sys.stderr)
     if run is None:
         defaults = DiagnosticsConfig()
         args.pairs = defaults.num_pairs if args.pairs is None else args.pairs
@@ -186,9 +196,19 @@ def run_diagnose(args: argparse.Namespace) -> int:
             raise UserError("--reasoning and --reasoning-regex both say what Z is; pass one of them")
         regex = ReasoningRegex.compile(args.reasoning_regex)
         args.reasoning = "closed"  # the regex's spans are final: nothing is re-read as open
+    fields = None
+    if args.fields is not None:
+        from mirl.diagnostics.formats import parse_fields
+
+        try:
+            fields = parse_fields(args.fields)
+        except ValueError as error:
+            raise UserError(str(error)) from None
+    below = Path(args.rollouts) if Path(args.rollouts).is_dir() else None  # a file chosen in it: no links below
     args.rollouts = rollout_file(args.rollouts)
     run_settings(Path(args.rollouts), args)
-    fmt, records = load_records(args.rollouts, args.format)  # a bad file fails here, before a model is loaded
+    # a bad file fails here, before a model is loaded
+    fmt, records = load_records(args.rollouts, args.format, fields=fields, below=below)
     policy = load_policy(args.model, device=args.device, dtype=args.dtype, max_batch_tokens=args.max_batch_tokens)
     report = diagnose_records(
         args.rollouts,
@@ -241,6 +261,8 @@ def diagnose_records(
 
     load_image = _image_loader(path, policy)
     episodes = episodes_from_records(fmt, records, policy.tokenizer, path=path, load_image=load_image, regex=regex)
+    if regex is not None and regex.budget.skipped:  # a reply past its time share: skipped, counted and named
+        print(f"mirl diagnose: {regex.budget.note()}", file=sys.stderr)
     note = input_note(fmt, records, episodes)
     print(f"mirl diagnose: {note}", file=sys.stderr)
     plan = f"scoring {{total:,}} tokens ({mode} mode; {len(episodes)} episodes, up to {num_pairs} pairs per scope)"

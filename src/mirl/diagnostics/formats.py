@@ -121,8 +121,9 @@ def _optional_problem(record: dict, keys: tuple[str, ...] = ("group", "uid", "re
         return f"field 'reward' must be a finite number, got {short(record['reward'])}"
     if "success" in keys and "success" in record and not isinstance(record["success"], bool):
         return f"field 'success' must be true or false, got {short(record['success'])}"
-    if "step" in record and record["step"] is not None and not (_is_number(record["step"]) and record["step"] >= 0):
-        return f"field 'step' must be a number >= 0, got {short(record['step'])}"
+    step = record.get("step")
+    if step is not None and not (_is_finite(step) and step >= 0):  # int(inf) would fail after the model loads
+        return f"field 'step' must be a finite number >= 0, got {short(step)}"
     return None
 
 
@@ -267,3 +268,92 @@ def group_source(fmt: str, records: list[dict]) -> str:
         return "identical prompts"
     named = " / ".join(f"'{key}'" for key in keys)
     return f"the records' {named} (identical prompts where it is absent)"
+
+
+# ------------------------------------------------------------------------------------------- --fields mapping
+
+FIELDS = ("prompt", "completion", "group", "reward", "success", "step")  # what a mapping may name
+GUESSES = {  # common names in other frameworks' logs, for the suggestion when a file is not recognised
+    "prompt": ("prompt", "query", "question", "input", "instruction", "problem", "context"),
+    "completion": ("completion", "response", "output", "answer", "generation", "reply", "text"),
+    "group": ("group", "uid", "prompt_id", "group_id", "question_id", "id"),
+    "reward": ("reward", "score", "rewards", "return"),
+}
+
+
+def parse_fields(text: str) -> dict[str, str]:
+    """``--fields prompt=query,completion=response,...`` -> ``{field: key}``, every field of :data:`FIELDS`
+    present (those not named keep their own name); a ``ValueError`` says what is wrong.
+
+    >>> parse_fields("prompt=query,completion=response")["completion"], parse_fields("group=prompt_id")["prompt"]
+    ('response', 'prompt')
+    """
+    named: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        field, sep, key = (x.strip() for x in part.partition("="))
+        if not sep or not key or field not in FIELDS:
+            raise ValueError(
+                f"--fields takes FIELD=KEY pairs with FIELD one of {', '.join(FIELDS)}, got {part!r}; e.g. "
+                "--fields prompt=query,completion=response,group=prompt_id,reward=reward"
+            )
+        if field in named:
+            raise ValueError(f"--fields names {field!r} twice")
+        named[field] = key
+    return {field: named.get(field, field) for field in FIELDS}
+
+
+def map_fields(record: dict, fields: dict[str, str]) -> dict:
+    """``record`` as a prompt/completion record under ``fields`` (:func:`parse_fields`). A key that is not in the
+    record may be a dotted path into it (``metadata.group_id``); text cells (CSV) of ``reward`` and ``step``
+    become numbers and of ``success`` true/false where they read as such (else the record check names them)."""
+    out = {}
+    for field, key in fields.items():
+        value = lookup(record, key)
+        if value is MISSING:
+            continue
+        if isinstance(value, str) and field in ("reward", "step"):
+            value = _number(value)
+        elif isinstance(value, str) and field == "success":
+            value = {"true": True, "1": True, "false": False, "0": False}.get(value.strip().lower(), value)
+        if field == "group" and isinstance(value, list | dict):
+            value = json.dumps(value, sort_keys=True)  # a compound id still names one prompt
+        out[field] = value
+    return out
+
+
+MISSING = object()
+
+
+def lookup(record: dict, key: str):
+    if key in record:
+        return record[key]
+    value = record
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return MISSING
+        value = value[part]
+    return value
+
+
+def _number(text: str):
+    try:
+        return float(text) if any(c in text for c in ".eEnN") else int(text)
+    except ValueError:
+        return text
+
+
+def suggest_fields(first: dict) -> str:
+    """A ``--fields`` value for a record of unknown keys, guessed from common names.
+
+    >>> suggest_fields({"query": "q", "response": "r", "prompt_id": 3, "reward": 1.0})
+    '--fields prompt=query,completion=response,group=prompt_id,reward=reward'
+    >>> suggest_fields({"a": 1})
+    '--fields prompt=KEY,completion=KEY'
+    """
+    lowered = {str(key).lower(): str(key) for key in first}
+    pairs = []
+    for field, names in GUESSES.items():
+        found = next((lowered[name] for name in names if name in lowered), None)
+        if found is not None or field in ("prompt", "completion"):
+            pairs.append(f"{field}={found or 'KEY'}")
+    return "--fields " + ",".join(pairs)

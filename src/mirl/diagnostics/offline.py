@@ -57,6 +57,8 @@ def episodes_from_records(
     from mirl.diagnostics.formats import FORMATS
     from mirl.diagnostics.retokenise import episodes_from_samples
 
+    if regex is not None and getattr(records, "where", None) is not None:  # skipped replies named by line or row
+        regex.budget.name = lambda index: records.where(records.lines[index])
     if fmt == "mirl":
         check_token_ids(records, len(tokenizer), path)
         episodes = _mirl_episodes(records, load_image)

@@ -20,17 +20,19 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from mirl.errors import InputFileError
-from mirl.safeio import MAX_LINE_BYTES, WideIntegerError, open_regular, parse_json, read_bytes
+from mirl.safeio import MAX_LINE_BYTES  # noqa: F401 (a bound of this module: readers.py reads it here, tests lower it)
 
 ROLES = ("system", "user", "assistant")
 MAX_FILE_BYTES = 4 << 30  # 4 GiB: far above any rollout file, below what would exhaust memory when read
 MAX_PARQUET_BYTES = 1 << 30  # 1 GiB compressed: TRL writes one generation batch per file, a few MiB
 MAX_RECORDS = 1_000_000  # trajectories per file; a training batch holds thousands
+MAX_RECORD_BYTES = 1 << 30  # what a file's records may hold in memory, counted as they are read (readers.py)
 PARQUET_MAGIC = b"PAR1"
 
 
@@ -83,36 +85,131 @@ TURN_FIELDS: dict[str, Check] = {
 }
 
 
-def load_records(path: str | os.PathLike, fmt: str = "auto") -> tuple[str, list[dict]]:
+class Records(list):
+    """The checked records of a file, with each one's line (JSONL) or row (parquet, CSV) number in ``lines`` and
+    ``where(number)`` the words for it (``runs/x/rollouts/iteration_000001.jsonl:3``, ``f.parquet: row 3``)."""
+
+    lines: list[int]
+    where: Callable[[int], str]
+
+
+def load_records(
+    path: str | os.PathLike, fmt: str = "auto", *, fields: dict[str, str] | None = None, below=None
+) -> tuple[str, Records]:
     """``(format, records)`` of a rollout file, every record checked (module docstring). ``fmt``: one of
-    ``formats.CHOICES``; ``"auto"`` detects it from the first record (a parquet file is TRL's completions)."""
-    from mirl.diagnostics.formats import CHOICES, FORMATS, detect
+    ``formats.CHOICES``; ``"auto"`` detects it from the first record (a parquet file is TRL's completions, a
+    ``.csv`` file prompt/completion rows). ``fields``: ``formats.parse_fields``, the keys that hold a
+    prompt/completion record's fields, for any other log. ``below``: the folder the user named, when ``path`` was
+    chosen in it (nothing under it is read through a link). The file is opened once and streamed, within the
+    bounds of ``mirl.diagnostics.readers``."""
+    from mirl.diagnostics.formats import CHOICES, FORMATS
+    from mirl.diagnostics.readers import open_file
 
     if fmt not in CHOICES:
         raise ValueError(f"fmt must be one of {CHOICES}, got {fmt!r}")
     path = Path(path)
-    if _is_parquet(path):
-        numbered = _parquet_rows(path, fmt)
-        detected = "trl"
-    else:
-        numbered = [(f"{path}:{n}", _parse_line(path, n, line)) for n, line in _read_lines(path)]
-        detected = detect(numbered[0][1])
-    first = numbered[0][1]
+    if fields is not None and fmt not in ("auto", "prompt-completion", "trl"):
+        raise InputFileError(f"--fields maps a file onto prompt/completion records; --format {fmt} reads its own keys")
+    with open_file(path, Path(below) if below is not None else None) as handle:
+        chosen, numbered, label = _records_of(path, handle, fmt, fields)
+        check = check_episode_record if chosen == "mirl" else FORMATS[chosen].check
+        records = Records()
+        records.lines, records.where = [], label
+        for number, record in numbered:
+            problem = check(record)
+            if problem:
+                doc = "docs/rollouts.md" if chosen == "mirl" else "docs/diagnose.md"
+                mapped = f" (--fields {_shown(fields)})" if fields is not None else ""
+                raise InputFileError(f"{label(number)}: {problem}{mapped}; see {doc}")
+            records.append(record)
+            records.lines.append(number)
+    return chosen, records
+
+
+def _shown(fields: dict[str, str]) -> str:
+    return ",".join(f"{field}={key}" for field, key in fields.items() if field != key)
+
+
+def _records_of(path: Path, handle, fmt: str, fields: dict[str, str] | None):
+    """``(format, iterator of (number, record), label of a number)``: the reader the file's bytes (or its .csv
+    name) call for, the format told from its first record (or ``fmt``), records mapped through ``fields``."""
+    import itertools
+
+    from mirl.diagnostics import readers
+    from mirl.diagnostics.formats import detect, map_fields, parse_fields
+
+    module = sys.modules[__name__]  # the bounds, read when used (tests lower them)
+    magic = handle.read(4)
+    handle.seek(0)
+    if magic == PARQUET_MAGIC:
+        return (*_parquet(path, handle, fmt, fields, module), lambda n: f"{path}: row {n}")
+    size = os.fstat(handle.fileno()).st_size
+    if size > MAX_FILE_BYTES:
+        raise InputFileError(f"{path} is {size} bytes; split it (at most {MAX_FILE_BYTES} bytes)")
+    if path.suffix.lower() == ".csv":
+        if fmt not in ("auto", "prompt-completion"):
+            raise InputFileError(f"{path} is CSV, read as prompt/completion rows; leave --format out")
+        mapping = fields or parse_fields("")
+        rows = readers.csv_records(path, handle, module)
+        first = next(rows)
+        _require(path, f"{path}: row {first[0]}", first[1], mapping)
+        mapped = ((n, map_fields(r, mapping)) for n, r in itertools.chain([first], rows))
+        return "prompt-completion", mapped, lambda n: f"{path}: row {n}"
+    lines = readers.jsonl_records(path, handle, module)
+    first = next(lines)
+    if fields is not None:
+        _require(path, f"{path}:{first[0]}", first[1], fields)
+        mapped = ((n, map_fields(r, fields)) for n, r in itertools.chain([first], lines))
+        return "prompt-completion", mapped, lambda n: f"{path}:{n}"
+    detected = detect(first[1])
     if detected is None:
-        _refuse_unknown(path, numbered[0][0], first)
+        _refuse_unknown(path, f"{path}:{first[0]}", first[1])
     chosen = detected if fmt == "auto" else fmt
-    if chosen != detected and not _holds_keys(first, chosen):
+    if chosen != detected and not _holds_keys(first[1], chosen):
         raise InputFileError(
-            f"{numbered[0][0]}: --format {chosen} reads {_described(chosen)}, but this file holds "
+            f"{path}:{first[0]}: --format {chosen} reads {_described(chosen)}, but this file holds "
             f"{_described(detected)}; pass --format {detected} or leave --format out"
         )
-    check = check_episode_record if chosen == "mirl" else FORMATS[chosen].check
-    for label, record in numbered:
-        problem = check(record)
-        if problem:
-            doc = "docs/rollouts.md" if chosen == "mirl" else "docs/diagnose.md"
-            raise InputFileError(f"{label}: {problem}; see {doc}")
-    return chosen, [record for _, record in numbered]
+    return chosen, itertools.chain([first], lines), lambda n: f"{path}:{n}"
+
+
+def _parquet(path: Path, handle, fmt: str, fields: dict[str, str] | None, module):
+    if fmt not in ("auto", "trl", "prompt-completion"):
+        raise InputFileError(
+            f"{path} is a parquet file (TRL's completions) and --format {fmt} reads JSONL; pass --format trl or "
+            "leave --format out"
+        )
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise ImportError(
+            f"reading {path.name} (TRL's parquet completions) needs pyarrow; pip install 'mirl[data]'"
+        ) from None
+    from mirl.diagnostics.readers import parquet_records
+
+    columns = fields or {field: field for field in ("prompt", "completion", "step")}  # TRL's own
+    chosen = "trl" if fields is None and fmt != "prompt-completion" else "prompt-completion"
+    return chosen, parquet_records(path, handle, columns, module)
+
+
+def _require(path: Path, label: str, first: dict, fields: dict[str, str]) -> None:
+    """Refuse a first record without the keys ``fields`` names for the prompt and the completion."""
+    from mirl.diagnostics.formats import MISSING, lookup, suggest_fields
+
+    missing = [field for field in ("prompt", "completion") if lookup(first, fields[field]) is MISSING]
+    if missing:
+        raise InputFileError(
+            f"{label}: the first record has no key {' or '.join(repr(fields[f]) for f in missing)} for the "
+            f"{' and the '.join(missing)}, got keys {_keys(first)}; name the keys that hold them, e.g. "
+            f"{suggest_fields(first)} (docs/diagnose.md)"
+        )
+
+
+def _keys(first: dict) -> str:
+    keys = sorted(map(str, first))
+    if not keys:
+        return "none (an empty object)"
+    return ", ".join(keys[:8]) + (f", ... ({len(keys)} keys)" if len(keys) > 8 else "")
 
 
 def _described(fmt: str) -> str:
@@ -135,93 +232,13 @@ def _refuse_unknown(path: Path, label: str, first: dict) -> None:
             f"{path} is a run's metrics file (one line per iteration), not rollouts; pass the run directory or a "
             "file of its rollouts/ folder, e.g. runs/<name>/rollouts/iteration_000004.jsonl"
         )
-    keys = sorted(map(str, first))
-    shown = ", ".join(keys[:8]) + (f", ... ({len(keys)} keys)" if len(keys) > 8 else "")
+    from mirl.diagnostics.formats import suggest_fields
+
     raise InputFileError(
         f"{label}: the first record has neither 'turns' (mirl episodes) nor the keys of another format mirl "
-        f"reads ('messages'; veRL's 'input', 'output'; 'prompt', 'completion'), got keys {shown}; see "
-        "docs/diagnose.md"
+        f"reads ('messages'; veRL's 'input', 'output'; 'prompt', 'completion'), got keys {_keys(first)}; name the "
+        f"keys that hold the prompt and the completion, e.g. {suggest_fields(first)} (docs/diagnose.md)"
     )
-
-
-def _is_parquet(path: Path) -> bool:
-    """Parquet files begin with the magic bytes ``PAR1`` (a JSONL file begins with ``{`` or a blank)."""
-    if not path.is_file():
-        return False
-    with open_regular(path) as handle:
-        return handle.read(4) == PARQUET_MAGIC
-
-
-def _parquet_rows(path: Path, fmt: str) -> list[tuple[str, dict]]:
-    """The ``prompt``, ``completion`` (and ``step``) columns of a parquet file, one dict per row, bounded in
-    bytes and rows. Only those columns are read; nothing is unpickled (pyarrow >= 14.0.1 never unpickles)."""
-    if fmt not in ("auto", "trl", "prompt-completion"):
-        raise InputFileError(
-            f"{path} is a parquet file (TRL's completions) and --format {fmt} reads JSONL; pass --format trl or "
-            "leave --format out"
-        )
-    try:
-        import pyarrow
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise ImportError(
-            f"reading {path.name} (TRL's parquet completions) needs pyarrow; pip install 'mirl[data]'"
-        ) from None
-    with open_regular(path) as handle:
-        size = os.fstat(handle.fileno()).st_size
-        if size > MAX_PARQUET_BYTES:
-            raise InputFileError(f"{path} is {size} bytes; split it (at most {MAX_PARQUET_BYTES} bytes)")
-        try:
-            parquet = pq.ParquetFile(handle)
-            names = parquet.schema_arrow.names
-            if not {"prompt", "completion"} <= set(names):
-                raise InputFileError(
-                    f"{path}: a parquet file of completions needs columns 'prompt' and 'completion' (TRL's "
-                    f"log_completions), got {', '.join(names[:8])}; see docs/diagnose.md"
-                )
-            if parquet.metadata.num_rows > MAX_RECORDS:
-                raise InputFileError(f"{path} holds {parquet.metadata.num_rows} rows (at most {MAX_RECORDS})")
-            table = parquet.read(columns=[name for name in ("prompt", "completion", "step") if name in names])
-        except (pyarrow.ArrowException, OSError) as error:
-            raise InputFileError(f"{path} is not a readable parquet file ({str(error)[:200]})") from None
-    rows = table.to_pylist()
-    if not rows:
-        raise InputFileError(f"{path} holds no rows; expected one completion per row")
-    return [(f"{path}: row {n}", row) for n, row in enumerate(rows, 1)]
-
-
-def _read_lines(path: Path) -> list[tuple[int, str]]:
-    """The non-blank lines of ``path`` with their 1-based numbers; a missing, odd or empty file is an error."""
-    if path.is_dir():
-        raise InputFileError(f"{str(path)!r} is a directory; pass a .jsonl file such as runs/<name>/rollouts/<file>")
-    if not path.is_file():
-        raise InputFileError(f"no such file {str(path)!r}; pass a .jsonl file of episodes")
-    if path.stat().st_size > MAX_FILE_BYTES:
-        raise InputFileError(f"{path} is {path.stat().st_size} bytes; split it (at most {MAX_FILE_BYTES} bytes)")
-    try:
-        text = read_bytes(path, MAX_FILE_BYTES).decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise InputFileError(f"{path} is not UTF-8 text ({err.reason} at byte {err.start}); expected JSONL") from None
-    lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
-    if not lines:
-        raise InputFileError(f"{path} holds no JSON lines; expected one episode or trajectory per line")
-    if len(lines) > MAX_RECORDS:
-        raise InputFileError(f"{path} holds {len(lines)} lines (at most {MAX_RECORDS}); split it")
-    return lines
-
-
-def _parse_line(path: Path, number: int, line: str) -> dict:
-    if len(line) > MAX_LINE_BYTES:
-        raise InputFileError(f"{path}:{number}: longer than {MAX_LINE_BYTES} characters; expected one record")
-    try:
-        record = parse_json(line)
-    except (json.JSONDecodeError, RecursionError, WideIntegerError) as err:
-        reasons = {json.JSONDecodeError: getattr(err, "msg", ""), RecursionError: "nested too deeply"}
-        reason = reasons.get(type(err), str(err))
-        raise InputFileError(f"{path}:{number}: not valid JSON ({reason}); expected one object per line") from None
-    if not isinstance(record, dict):
-        raise InputFileError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
-    return record
 
 
 def _check_fields(record: dict, fields: dict[str, Check], prefix: str = "") -> str | None:
@@ -276,7 +293,7 @@ def check_token_ids(records: Sequence[dict], vocab_size: int, path: str | os.Pat
             ]
         for name, ids in fields:
             if ids and max(ids) >= vocab_size:
-                where = f"{path}:{_line_of(path, index)}" if path is not None else f"record {index + 1}"
+                where = f"{path}:{_line_of(records, index)}" if path is not None else f"record {index + 1}"
                 raise InputFileError(
                     f"{where}: field '{name}' holds token id {max(ids)}, but the scorer's tokenizer has "
                     f"{vocab_size} tokens; these rollouts were written with another tokenizer, so score them with "
@@ -284,9 +301,10 @@ def check_token_ids(records: Sequence[dict], vocab_size: int, path: str | os.Pat
                 )
 
 
-def _line_of(path: str | os.PathLike, index: int) -> int:
-    """The 1-based line number of the ``index``-th non-blank line of ``path`` (re-read only to word an error)."""
-    return _read_lines(Path(path))[index][0]
+def _line_of(records: Sequence[dict], index: int) -> str:
+    """The line of the ``index``-th record (``load_records`` kept it), or its position."""
+    lines = getattr(records, "lines", None)
+    return str(lines[index]) if lines is not None else f"record {index + 1}"
 
 
 def check_chat_record(record: dict) -> str | None:

@@ -50,7 +50,9 @@ def episodes_from_samples(
     group_of: dict = {}
     samples_in: Counter[int] = Counter()
     episodes = []
-    for sample in samples:
+    for index, sample in enumerate(samples):
+        if regex is not None:
+            regex.budget.at = regex.budget.name(index)
         build = _text_turns if isinstance(sample.prompt, str) else _conversation_turns
         prompt_ids, turns = build(sample, tokenizer, regex, prefill)
         key = sample.group if sample.group is not None else ("prompt", sample.step, prompt_ids)
