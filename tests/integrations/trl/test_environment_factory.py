@@ -14,16 +14,19 @@ trl = pytest.importorskip("trl", reason="TRL tests run in .venv-trl: bash script
 
 import torch  # noqa: E402
 
+from mirl.catalogue import unknown_keys  # noqa: E402
 from mirl.envs.task import Task  # noqa: E402
 from mirl.integrations.trl import (  # noqa: E402
+    CollapseDiagnosticsCallback,
     MirlEnvironment,
     MirlRollout,
+    SNRFilterGRPOTrainer,
     environment_dataset,
 )
 from mirl.integrations.trl.envs import instance_key  # noqa: E402
 from mirl.policy.scripted import ScriptedPolicy  # noqa: E402
 
-from .tool_model import taught_model, tool_tokenizer  # noqa: E402
+from .tool_model import ANSWERS, taught_model, tool_tokenizer  # noqa: E402
 
 K = 4
 ROLLOUT = {"max_turns": 2}
@@ -158,3 +161,47 @@ def test_a_dict_of_factories_routes_each_row_to_its_env(tmp_path, trl_args):
         MirlEnvironment("frozenlake")._make("train").instruction,
         task.instruction_text,
     }
+
+
+def test_diagnostics_and_the_filter_on_environment_factory_batches(tmp_path, trl_args):
+    trainer = _trainer(
+        tmp_path, trl_args, cls=SNRFilterGRPOTrainer, filter={"strategy": "top_p", "value": 0.9, "include_zero": True}
+    )
+    callback = CollapseDiagnosticsCallback(
+        trainer, {"every": 1, "num_pairs": 8, "scopes": ["first_turn", "trajectory"]}
+    )
+    trainer.add_callback(callback)
+    trainer.train()
+    log = trainer.state.log_history[0]
+    keys = [k for k in log if k.startswith(("filter/", "diag/"))]
+    assert unknown_keys(keys) == [] and all(math.isfinite(log[k]) for k in keys)
+    assert "filter/kept_count" in log and "diag/first_turn/est/mi_estimate" in log
+    # two instances, four samples each: the first turn's X is the prompt with the env's first state, two columns
+    assert log["diag/first_turn/columns"] == 2
+    episodes = callback.episodes()
+    assert {e.group for e in episodes} == {0, 1} and len(episodes) == 2 * K
+    replies = [turn.response_text for episode in episodes for turn in episode.turns]
+    assert len(replies) > len(episodes)  # multi-turn: a turn per run of model tokens
+    assert not any("State:" in text or "Reward of the last turn" in text for text in replies)  # tool results: context
+    assert any(any(answer in text for answer in ANSWERS) for text in replies)  # the model's own tool calls: Z
+
+
+def test_batch_episodes_split_tool_loop_rows_into_turns():
+    from mirl.integrations.trl.diagnostics import batch_episodes
+    from mirl.policy.tiny import tiny_tokenizer
+
+    inputs = {
+        "prompt_ids": torch.tensor([[0, 5, 6], [0, 5, 6]]),
+        "prompt_mask": torch.tensor([[0, 1, 1], [0, 1, 1]]),
+        "completion_ids": torch.tensor([[11, 12, 20, 21, 13, 0], [14, 0, 0, 0, 0, 0]]),
+        "completion_mask": torch.tensor([[1, 1, 1, 1, 1, 0], [1, 0, 0, 0, 0, 0]]),
+        "tool_mask": torch.tensor([[1, 1, 0, 0, 1, 1], [1, 1, 1, 1, 1, 1]]),  # TRL pads tool_mask with 1
+    }
+    first, second = batch_episodes(inputs, tiny_tokenizer())
+    # row 0: reply (11, 12), tool result (20, 21) as context, reply (13,); the padding id 0 is no token
+    assert [(t.context_ids, t.response_ids) for t in first.turns] == [
+        ((5, 6), (11, 12)),
+        ((5, 6, 11, 12, 20, 21), (13,)),
+    ]
+    assert [(t.context_ids, t.response_ids) for t in second.turns] == [((5, 6), (14,))]
+    assert first.group == second.group == 0
