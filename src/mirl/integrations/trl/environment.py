@@ -215,3 +215,29 @@ def environment_dataset(env, n: int, split: str = "train", *, first: int = 0, en
     prompt = [{"role": "system", "content": system}, {"role": "user", "content": ""}]
     seeds = [2 * (first + i) + (split == "validation") for i in range(n)]
     return Dataset.from_dict({"prompt": [prompt] * n, "environment": [name] * n, "split": [split] * n, "seed": seeds})
+
+
+def served_dataset(url: str, n: int, split: str = "train", *, token: str | None = None, timeout_s: float = 30.0):
+    """The first ``n`` tasks of ``split`` that the OpenEnv server at ``url`` lists through its task routes
+    (``GET /list_environments``, ``POST /{env}/task_range``), as rows for ``MirlEnvironment.factory("openenv",
+    env_options={"url": url})``: the same columns as :func:`environment_dataset`, ``seed`` the task's seed (on a
+    mirl server, task ``i`` of ``train`` is seed ``2i``), ``environment`` = ``"openenv"``.
+    """
+    from datasets import Dataset
+
+    from mirl.envs.remote.client import RemoteError
+    from mirl.envs.remote.task_client import _request, http_base
+
+    base = http_base(url)
+    status, names = _request(base, "/list_environments", None, token, timeout_s)
+    if status != 200 or not isinstance(names, list) or not names or not isinstance(names[0], str):
+        raise RemoteError("server", f"{base} lists no environments (HTTP {status}); serve one with mirl serve-env")
+    status, reply = _request(base, f"/{names[0]}/task_range", {"split": split, "start": 0, "stop": n}, token, timeout_s)
+    tasks = reply.get("tasks") if isinstance(reply, dict) else None  # OpenEnv's reply: {"tasks": [...]}
+    if status != 200 or not isinstance(tasks, list) or len(tasks) != n:
+        raise RemoteError("server", f"{base}/{names[0]}/task_range gave no {n} tasks of {split!r} (HTTP {status})")
+    rows = environment_dataset("openenv", 1, split, env_options={"url": url})
+    prompt = rows[0]["prompt"]
+    seeds = [int(task["seed"]) for task in tasks]
+    return Dataset.from_dict({"prompt": [prompt] * n, "environment": ["openenv"] * n, "split": [split] * n,
+                              "seed": seeds, "task": [str(task["id"]) for task in tasks]})  # fmt: skip
