@@ -123,3 +123,11 @@ def test_text_files_get_the_boundary_check(path):
     fmt, records = load_records(path)
     report = drift_report(fmt, records, tiny_tokenizer())
     assert report["checked"] == {"boundary": len(records)}
+
+
+def test_doctests():
+    import doctest
+
+    from mirl.diagnostics import drift
+
+    assert doctest.testmod(drift).failed == 0

@@ -205,3 +205,11 @@ def test_batch_episodes_split_tool_loop_rows_into_turns():
     ]
     assert [(t.context_ids, t.response_ids) for t in second.turns] == [((5, 6), (14,))]
     assert first.group == second.group == 0
+
+
+def test_doctests():
+    import doctest
+
+    from mirl.integrations.trl import diagnostics
+
+    assert doctest.testmod(diagnostics).failed == 0

@@ -47,17 +47,18 @@ SPLITS = ("train", "validation")
 OVER = "The episode is over."
 
 
-def _maker(env) -> tuple[str, Callable[..., object], bool]:
-    """``(name, make(split, **options) -> env, takes_split)`` of a registered env name or a ``mirl.Task``."""
+def _maker(env) -> tuple[str, Callable[..., object]]:
+    """``(name, make(split, **options) -> env)`` of a registered env name or a ``mirl.Task``; the split reaches envs
+    that take one (datasets, Tasks), as in ``mirl train``."""
     from mirl.envs import make, registry
     from mirl.envs.task import Task
 
     if isinstance(env, Task):
-        return env.name, lambda split, **options: env.make(split), True
+        return env.name, lambda split, **options: env.make(split)
     if not isinstance(env, str) or env not in registry:
         raise ValueError(f"env must be a registered mirl env or a mirl.Task, got {env!r}; `mirl envs` lists them")
     takes_split = "split" in inspect.signature(registry[env].__init__).parameters
-    return env, lambda split, **options: make(env, **({"split": split} if takes_split else {}), **options), takes_split
+    return env, lambda split, **options: make(env, **({"split": split} if takes_split else {}), **options)
 
 
 def _cap(env_object, config: RolloutConfig) -> int:
@@ -98,7 +99,7 @@ class MirlEnvironment:
     """
 
     def __init__(self, env, *, env_options: Mapping | None = None, rollout: RolloutConfig | Mapping | None = None):
-        self.name, self._make, _ = _maker(env)
+        self.name, self._make = _maker(env)
         self.env_options = dict(env_options or {})
         self.config = rollout if isinstance(rollout, RolloutConfig) else RolloutConfig(**dict(rollout or {}))
         self._live: _Live | None = None
@@ -202,7 +203,7 @@ def environment_dataset(env, n: int, split: str = "train", *, first: int = 0, en
     """
     from datasets import Dataset
 
-    name, make, _ = _maker(env)
+    name, make = _maker(env)
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     for label, value, low in (("n", n, 1), ("first", first, 0)):
