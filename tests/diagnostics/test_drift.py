@@ -56,7 +56,7 @@ def test_a_template_that_strips_earlier_thinking_parts_after_the_assistant_turn(
     sampled = render_ids(tokenizer, TWO_TURNS[:3], False)
     head = tokenizer.apply_chat_template(TWO_TURNS[:2], tokenize=False, add_generation_prompt=True)
     assert tokenizer.decode(sampled[: parting.token]) == head + "<"
-    assert "1..3 vs 1..4 (after a assistant message)" in parting.where
+    assert "1..3 vs 1..4 (message 3 is the assistant's)" in parting.where
     assert "think" in parting.sampled and "think" not in parting.trained
 
 

@@ -83,7 +83,8 @@ def print_report(report: dict, show: int) -> None:
     if not report["partings"]:
         print("no drift: every context re-renders to a prefix of the next one")
         return
-    print(f"{report['affected']} of {report['conversations']} conversations part ({report['partings']} partings)")
+    count = report["partings"]
+    print(f"{report['affected']} of {report['conversations']} conversations part ({count} parting{'s' * (count != 1)})")
     for step, count in report["by_step"].items():
         print(f"  {step}: {count}")
     for parting in report["first_partings"][:show]:

@@ -56,7 +56,8 @@ def first_difference(context: Sequence[int], longer: Sequence[int]) -> int | Non
 
 def _window(tokenizer, ids: Sequence[int], index: int) -> str:
     piece = ids[max(0, index - SHOWN) : index + SHOWN]
-    return "".join(f"[{tokenizer.decode([token])}]" for token in piece)
+    # each token's text in brackets with escapes (a newline shows as \\n), so a parting in whitespace is visible
+    return "".join("[" + repr(tokenizer.decode([token]))[1:-1] + "]" for token in piece)
 
 
 def render_ids(tokenizer, messages: Sequence[dict], generation_prompt: bool) -> list[int]:
@@ -76,7 +77,7 @@ def template_partings(tokenizer, messages: Sequence[dict], conversation: int = 0
         index = first_difference(context, following)
         if index is not None:
             head = f"messages 1..{k}{' + generation prompt' if generation else ''}"
-            where = f"{head} vs 1..{k + 1} (after a {messages[k - 1]['role']} message)"
+            where = f"{head} vs 1..{k + 1} (message {k} is the {messages[k - 1]['role']}'s)"
             partings.append(
                 Parting(conversation, "template", k, index, _window(tokenizer, context, index),
                         _window(tokenizer, following, index), where)
