@@ -9,6 +9,8 @@ many conversations are affected and where the first ones part; ``--out FILE.json
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import sys
 from pathlib import Path
@@ -58,7 +60,10 @@ def run_drift(args: argparse.Namespace) -> int:
     if args.show < 0:
         raise UserError(f"--show must be >= 0, got {args.show}")
     check_output_file(args.out)
-    path = rollout_file(args.rollouts)
+    said = io.StringIO()
+    with contextlib.redirect_stderr(said):  # diagnose's directory reader names its own command in what it says
+        path = rollout_file(args.rollouts)
+    sys.stderr.write(said.getvalue().replace("mirl diagnose: scoring", "mirl drift: reading"))
     fmt, records = load_records(path, args.format)  # a bad file fails before the tokenizer loads
     tokenizer = load_tokenizer(args.model)
     conversations = fmt != "mirl" and any(not isinstance(r.get("prompt", r.get("input", "")), str) for r in records)
