@@ -49,3 +49,20 @@ export PYTHONPATH="$TARGET:$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 cd "$ROOT"
 "$PY" "$ROOT/scripts/gpu_check.py"
+# Opt-in, prepared but not yet run on a GPU: MIRL_CHECK_TRL_ASYNC=1 with trl 1.16, openenv 0.10 and vllm installed.
+# TRL's AsyncGRPOTrainer samples from a vLLM server (weights synced over NCCL) and cannot be built without CUDA, so
+# the CPU suite skips tests/integrations/trl/test_async_trl.py::test_async_grpo_trainer_trains_a_served_env with
+# TRL's error. Here the tiny test model is served by vLLM on the GPU and the test trains one step against it.
+if [ "${MIRL_CHECK_TRL_ASYNC:-0}" = 1 ]; then
+    MODEL_DIR="$(mktemp -d "${TMPDIR:-/tmp}/mirl-async-model.XXXXXX")"
+    "$PY" -c "import sys; sys.path.insert(0, 'tests/integrations/trl'); import tool_model as t; \
+from mirl.policy.tiny import tiny_model; tiny_model(seed=0).save_pretrained('$MODEL_DIR'); \
+t.tool_tokenizer().save_pretrained('$MODEL_DIR')"
+    VLLM_SERVER_DEV_MODE=1 "$PY" -m vllm.entrypoints.cli.main serve "$MODEL_DIR" --port 8011 \
+        --weight-transfer-config '{"backend":"nccl"}' > "${OUT:-/tmp}/vllm-async.log" 2>&1 &
+    VLLM_PID=$!
+    MIRL_TRL_MODEL_DIR="$MODEL_DIR" MIRL_TRL_VLLM_URL=http://127.0.0.1:8011 "$PY" -m pytest -q -p no:cacheprovider \
+        tests/integrations/trl/test_async_trl.py -k async_grpo_trainer || status=$?
+    kill "$VLLM_PID" 2>/dev/null || true
+    exit "${status:-0}"
+fi

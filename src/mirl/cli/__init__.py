@@ -17,7 +17,7 @@ import sys
 
 from mirl.version import __version__
 
-COMMAND_MODULES = ("envs", "train", "diagnose", "report", "sweep", "verl", "serve")
+COMMAND_MODULES = ("envs", "train", "diagnose", "drift", "report", "sweep", "verl", "serve")
 USAGE_ERROR = 2
 
 

@@ -5,6 +5,8 @@
 - :class:`CollapseDiagnosticsCallback`: the ``diag/*`` MI proxies of the last batch, logged to TRL's logger.
 - :class:`MirlRollout`, :func:`dataset`, :func:`episode_return`: any registered mirl env played multi-turn
   through TRL's ``rollout_func``, token-in/token-out, env tokens masked out of the loss.
+- :class:`MirlEnvironment`, :func:`environment_dataset`: any mirl env (or ``mirl.Task``) as a TRL
+  ``environment_factory`` environment, acting through one tool.
 
 Importing this package needs ``pip install 'mirl[trl]'`` (``trl>=1.16,<1.17``).
 """
@@ -18,6 +20,7 @@ if importlib.util.find_spec("trl") is None:  # pragma: no cover - exercised only
 
 from mirl.integrations.trl.config import SNRFilterGRPOConfig  # noqa: E402
 from mirl.integrations.trl.diagnostics import CollapseDiagnosticsCallback  # noqa: E402
+from mirl.integrations.trl.environment import MirlEnvironment, environment_dataset  # noqa: E402
 from mirl.integrations.trl.envs import MirlRollout, dataset, episode_return, parse_instance  # noqa: E402
 from mirl.integrations.trl.filter import (  # noqa: E402
     SNRFilterGRPOTrainer,
@@ -28,11 +31,13 @@ from mirl.integrations.trl.filter import (  # noqa: E402
 
 __all__ = [
     "CollapseDiagnosticsCallback",
+    "MirlEnvironment",
     "MirlRollout",
     "SNRFilterGRPOConfig",
     "SNRFilterGRPOTrainer",
     "compact_rows",
     "dataset",
+    "environment_dataset",
     "episode_return",
     "filter_rows",
     "mask_dropped_rows",

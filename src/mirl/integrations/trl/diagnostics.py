@@ -10,9 +10,10 @@ TRL averages numbers only, so the regime name is logged as ``diag/<scope>/regime
 ``mirl.diagnostics.REGIMES`` (-1: undetermined); ``last_metrics`` keeps the names.
 
 Where the episodes come from: with ``MirlRollout`` as the ``rollout_func``, its multi-turn episodes; otherwise
-single-turn episodes rebuilt from the trainer's batch before filtering (:func:`batch_episodes`), X = the prompt ids,
-Z = the completion up to ``</think>`` when it has one, else the whole completion. Groups are numbered over the
-gathered batch by the first turn's context (the prompt tokens), so a prompt's samples form one group whichever
+episodes rebuilt from the trainer's batch before filtering (:func:`batch_episodes`), X = the prompt ids, Z = the
+completion up to ``</think>`` when it has one, else the whole completion; with TRL's ``tool_mask`` (tools and
+``environment_factory``) each run of model tokens is a turn and the tool results are context. Groups are numbered
+over the gathered batch by the first turn's context (the prompt tokens), so a prompt's samples form one group whichever
 process played them. The scoring runs after the step's update (TRL gives callbacks no earlier hook with the
 batch). It runs on every process, which is a collective: the gather, and the model reached as TRL's generation
 reaches it (ZeRO-3 gathers the parameters on every process), so each process scores the same gathered episodes
@@ -47,20 +48,51 @@ def _config(config: DiagnosticsConfig | Mapping | None) -> DiagnosticsConfig:
 
 
 def batch_episodes(inputs: Mapping[str, torch.Tensor], tokenizer) -> list[Episode]:
-    """Single-turn episodes from one TRL batch (``prompt_ids``/``prompt_mask`` left-padded, completions right-padded).
+    """Episodes from one TRL batch (``prompt_ids``/``prompt_mask`` left-padded, completions right-padded).
 
-    Rows with identical prompt ids share a group (numbered by first appearance). The loss mask
-    (``completion_mask * tool_mask``) is not applied: Z is what the model was conditioned on and wrote.
+    Without ``tool_mask`` each row is one single-turn episode: X = the prompt, Z = the completion up to ``</think>``
+    (or all of it). With ``tool_mask`` (TRL's tool loop and ``environment_factory``: 1 on the model's tokens, 0 on
+    the tool results) each run of model tokens is a turn whose context is the prompt and everything before the run,
+    so the first turn's X is the prompt (with the env's first observation) and Z its first reply, and the tool
+    results are context, never Z. Rows with identical prompt ids share a group (numbered by first appearance). The
+    loss mask is otherwise not applied: Z is what the model was conditioned on and wrote.
     """
     episodes, group_of = [], {}
+    tool_mask = inputs.get("tool_mask")
     for b in range(inputs["prompt_ids"].shape[0]):
         x = tuple(inputs["prompt_ids"][b][inputs["prompt_mask"][b].bool()].tolist())
-        z = tuple(inputs["completion_ids"][b][inputs["completion_mask"][b].bool()].tolist())
+        kept = inputs["completion_mask"][b].bool()
+        completion = tuple(inputs["completion_ids"][b][kept].tolist())
+        model_tokens = tool_mask[b][kept].tolist() if tool_mask is not None else [1] * len(completion)
         group = group_of.setdefault(x, len(group_of))
-        span = reasoning_span(tokenizer, z) or ((0, len(z)) if z else None)
-        turn = Turn(x, z, (0.0,) * len(z), decode(tokenizer, z), "", span, (), 0.0, True, True)
-        episodes.append(Episode(EnvSpec("trl", group), group, b, (turn,), False, "max_turns"))
+        turns = tuple(
+            _turn(x + completion[:start], completion[start:end], tokenizer) for start, end in runs(model_tokens)
+        )
+        episodes.append(
+            Episode(EnvSpec("trl", group), group, b, turns or (_turn(x, (), tokenizer),), False, "max_turns")
+        )
     return episodes
+
+
+def runs(mask) -> list[tuple[int, int]]:
+    """``(start, end)`` of every run of ones in ``mask``.
+
+    >>> runs([1, 1, 0, 0, 1, 0, 1])
+    [(0, 2), (4, 5), (6, 7)]
+    """
+    out, start = [], None
+    for i, value in enumerate([*mask, 0]):
+        if value and start is None:
+            start = i
+        elif not value and start is not None:
+            out.append((start, i))
+            start = None
+    return out
+
+
+def _turn(context: tuple[int, ...], z: tuple[int, ...], tokenizer) -> Turn:
+    span = reasoning_span(tokenizer, z) or ((0, len(z)) if z else None)
+    return Turn(context, z, (0.0,) * len(z), decode(tokenizer, z), "", span, (), 0.0, True, True)
 
 
 def regroup(episodes: list[Episode]) -> list[Episode]:

@@ -53,7 +53,8 @@ from mirl.trainer.stages import select_rows
 
 EXACT_LOSS_TYPES = ("dapo", "cispo", "vespo")  # global normaliser; bnpo is exact in one case only (module docs)
 EXACT_REWARD_SCALING = ("group", "none")
-UNFILTERED_KEYS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")
+# tool_mask where TRL's tool loop made one: the diagnostics split the completion into turns by it
+UNFILTERED_KEYS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "tool_mask")
 # what GRPOTrainer's generation batch holds for a text model: (B, ...) tensors, plus the scalar normaliser
 ROW_KEYS = frozenset(
     ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "tool_mask",
@@ -249,7 +250,7 @@ class SNRFilterGRPOTrainer(GRPOTrainer):
         for key, value in upstream_metrics(returns, selection.keep, self.filter_config.ddof).items():
             self._metrics["train"][key].append(value)
         keep = local_rows(rows, self.accelerator.process_index, output["advantages"].shape[0])  # (B,)
-        self.unfiltered_batch = {key: output[key] for key in UNFILTERED_KEYS}  # what the diagnostics score
+        self.unfiltered_batch = {key: output[key] for key in UNFILTERED_KEYS if key in output}  # diagnostics score it
         output = mask_dropped_rows(output, keep, self.accelerator.gather)  # a collective: every process, always
         size = train_rows(rows, self.accelerator.num_processes, self.args.steps_per_generation)
         return compact_rows(output, keep, size)
