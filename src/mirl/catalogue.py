@@ -225,9 +225,29 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("diag/{scope}/entropy_temperature", "temperature H(Z|X) is measured at (cross-scoring: 1)", ""),
     Metric("diag/{scope}/sample_temperature", "temperature the scored reasonings were sampled at", ""),
     Metric(
+        "diag/{scope}/est/agnostic_share",
+        "share of scored reasonings without input dependence of their own: (d - mean_i q_i) / (d - 1/2) clipped to "
+        "[0, 1], q_i = normalised rank of row i's matched score among the other prompts' (docs/metrics.md)",
+        "fraction",
+    ),
+    Metric("diag/{scope}/est/agnostic_share_ci_low", "lower end of its 95 % interval (mean q + 1.96 SE)", "fraction"),
+    Metric("diag/{scope}/est/agnostic_share_ci_high", "upper end of its 95 % interval (mean q - 1.96 SE)", "fraction"),
+    Metric(
+        "diag/{scope}/grounded_share",
+        "scored pairs the env's reasoning_kind labels grounded / scored pairs it labels (scorer-free)",
+        "fraction",
+    ),
+    Metric("diag/{scope}/template_share", "scored pairs labelled template / labelled (as grounded_share)", "fraction"),
+    Metric(
+        "diag/{scope}/alarm",
+        "1 once the agnostic share's lower bound stood above the first diagnosed upper bound at 2 diagnosed "
+        "iterations in a row with under half the replies malformed, else 0 (docs/metrics.md, Alarm)",
+    ),
+    Metric("diag/invalid_frac", "diagnosed batch's turns whose reply failed to parse / all its turns", "fraction"),
+    Metric(
         "diag/{scope}/regime",
-        "regime name (a string): quadrant of H(Z|X) per token vs retrieval above chance, or undetermined / "
-        "no_reasoning (docs/metrics.md)",
+        "regime name (a string): quadrant of H(Z|X) per token vs input dependence (retrieval above chance and "
+        "the agnostic share), or undetermined / no_reasoning / degenerate (docs/metrics.md)",
     ),
     Metric("diag/{scope}/{family}/regime", "regime name for an action-dependence family (a string)"),
     Metric("diag/{scope}/regime_id", "index of diag/{scope}/regime in REGIMES, -1 undetermined (TRL logs numbers)"),

@@ -110,6 +110,7 @@ def test_scopes_with_fewer_than_two_prompts_are_undetermined(policy):
     state = DiagnosticsState()
     out = run_diagnostics(policy, one_group, config, state, generator=gen())
     assert out == {
+        "diag/invalid_frac": 0.0,  # every reply of make_turn parses
         "diag/first_turn/pairs": 3.0,
         "diag/first_turn/columns": 1.0,
         "diag/first_turn/empty_reasoning": 1.0,

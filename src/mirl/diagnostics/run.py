@@ -12,6 +12,8 @@ Per scope s (``first_turn``, ``trajectory``, and ``turn1``, ``turn2``, ... for `
 - ``diag/s/copied_reasoning``: scored pairs whose Z copies the format example (``format_reasoning``);
 - ``diag/s/entropy_temperature`` and ``diag/s/sample_temperature``: the temperature H(Z|X) is measured at
   (the scoring temperature, 1) and the one the reasonings were sampled at;
+- the graded keys of :mod:`mirl.diagnostics.graded`: ``diag/invalid_frac``, ``diag/s/est/agnostic_share`` with its
+  interval, ``diag/s/grounded_share`` / ``template_share`` where the env judges reasonings, ``diag/s/alarm``;
 - ``diag/s/regime``: :func:`mirl.diagnostics.regimes.call_iteration` on the ``est`` family, with the
   ``diagnostics.regime_*`` criteria: ``no_reasoning`` when most reasoning is empty or copied, ``undetermined``
   with too few columns or when the sampling temperature alone moves H(Z|X) across its threshold.
@@ -47,6 +49,8 @@ from dataclasses import dataclass, field
 import torch
 
 from mirl.config import DiagnosticsConfig
+from mirl.diagnostics.alarm import Alarm
+from mirl.diagnostics.graded import alarm_value, graded, invalid_frac, judged_shares
 from mirl.diagnostics.info import RegimeThresholds, ZScoreEMA, mi_proxies
 from mirl.diagnostics.null import permutation_null
 from mirl.diagnostics.reasoning import with_reasoning
@@ -72,6 +76,7 @@ class DiagnosticsState:
 
     decay: float = 0.9
     emas: dict[str, ZScoreEMA] = field(default_factory=dict)
+    alarms: dict[str, Alarm] = field(default_factory=dict)  # one per scope (graded.py)
 
     @classmethod
     def from_config(cls, config: DiagnosticsConfig) -> DiagnosticsState:
@@ -80,20 +85,30 @@ class DiagnosticsState:
     def ema(self, scope: str, family: str) -> ZScoreEMA:
         return self.emas.setdefault(f"{scope}/{family}", ZScoreEMA(decay=self.decay))
 
+    def alarm(self, scope: str) -> Alarm:
+        return self.alarms.setdefault(scope, Alarm())
+
     def state_dict(self) -> dict:
-        return {"decay": self.decay, "emas": {key: ema.state_dict() for key, ema in self.emas.items()}}
+        emas = {key: ema.state_dict() for key, ema in self.emas.items()}
+        if not self.alarms:
+            return {"decay": self.decay, "emas": emas}
+        return {"decay": self.decay, "emas": emas, "alarms": {k: a.state_dict() for k, a in self.alarms.items()}}
 
     def load_state_dict(self, state: Mapping) -> None:
-        if set(state) != {"decay", "emas"}:
+        if set(state) not in ({"decay", "emas"}, {"decay", "emas", "alarms"}):  # alarms: absent in older checkpoints
             raise ValueError(
-                f"DiagnosticsState state must have the keys ['decay', 'emas'], got {sorted(state)}; "
+                f"DiagnosticsState state must have the keys ['decay', 'emas'] (and 'alarms'), got {sorted(state)}; "
                 "pass a dict made by DiagnosticsState.state_dict()"
             )
         emas = {}
         for key, ema_state in state["emas"].items():
             emas[key] = ZScoreEMA()
             emas[key].load_state_dict(ema_state)
-        self.decay, self.emas = float(state["decay"]), emas
+        alarms = {}
+        for key, alarm_state in state.get("alarms", {}).items():
+            alarms[key] = Alarm()
+            alarms[key].load_state_dict(alarm_state)
+        self.decay, self.emas, self.alarms = float(state["decay"]), emas, alarms
 
 
 def is_scheduled(iteration: int, every: int) -> bool:
@@ -176,12 +191,21 @@ def run_diagnostics(
     planned += sum(grid_tokens(*grid, mode) for grids in actions for grid in (grids.za, grids.xa) if grid)
     scoring = Scoring(mode, progress, planned)
     criteria = _criteria(config)
+    invalid = invalid_frac(episodes)
+    if invalid is not None:
+        out["diag/invalid_frac"] = invalid
+    valid = invalid is None or invalid < criteria.max_invalid
     for pair_set in pair_sets:
         scope = pair_set.scope
         copied = _copies(pair_set, episodes, format_reasoning)
-        out.update(_counts(pair_set, copied, sample_temperature))
+        out.update(_counts(pair_set, copied, sample_temperature) | judged_shares(pair_set, episodes))
         evidence = Evidence(
-            len(pair_set.pairs), len(pair_set.columns), pair_set.empty_reasoning, copied, prompts=pair_set.num_prompts
+            len(pair_set.pairs),
+            len(pair_set.columns),
+            pair_set.empty_reasoning,
+            copied,
+            prompts=pair_set.num_prompts,
+            invalid=invalid,
         )
         if not any(pair_set is ps for ps in ready):
             out[f"diag/{scope}/regime"] = call_iteration(evidence, criteria).label
@@ -196,10 +220,13 @@ def run_diagnostics(
         )
         scores = _Scores(*matrices, pair_set.true_col, pair_set.col_group)
         est = _family(out, scope, "", scores, config, state)
+        out.update(graded(scope, scores.per_token, scores.true_col, scores.col_group))
+        out[f"diag/{scope}/alarm"] = alarm_value(state.alarm(scope), out, scope, valid)
         # input dependence: retrieval above chance, null-corrected when the permutation null ran (regimes.py)
         retrieval = out.get(f"diag/{scope}/est/retrieval_above_chance_corrected", est["retrieval_above_chance"])
         measured = {"cond_entropy": est["conditional_entropy"], "retrieval": retrieval, "mi": est["mi_estimate"]}
-        evidence = dataclasses.replace(evidence, **measured, sample_temperature=sample_temperature)
+        agnostic = out.get(f"diag/{scope}/est/agnostic_share")
+        evidence = dataclasses.replace(evidence, **measured, agnostic=agnostic, sample_temperature=sample_temperature)
         out[f"diag/{scope}/regime"] = call_iteration(evidence, criteria).label
         if config.action_dependence:
             grids = actions[next(i for i, ps in enumerate(ready) if ps is pair_set)]
