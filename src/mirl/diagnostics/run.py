@@ -159,6 +159,7 @@ def run_diagnostics(
     progress: Callable[[int, int], None] | None = None,
     sample_temperature: float = SCORING_TEMPERATURE,
     format_reasoning: str | None = None,
+    validity: bool = True,
 ) -> dict[str, float | str]:
     """MI proxies of every configured scope (module docstring for the keys); updates ``state``'s EMAs.
 
@@ -174,6 +175,8 @@ def run_diagnostics(
         sample_temperature: the temperature the episodes were sampled at (``rollout.temperature``).
         format_reasoning: the reasoning of the prompt's format example, when the prompt shows one; pairs whose
             reasoning copies it are counted (``copied_reasoning``) and weigh towards ``no_reasoning``.
+        validity: whether the turns' ``format_valid`` flags judge the replies (mirl's reply format); False for
+            replies re-parsed from a framework with another format: no ``diag/invalid_frac``, never ``degenerate``.
     """
     thresholds = RegimeThresholds(entropy=config.regime_entropy_threshold)  # action dependence: MI-based labels
     out: dict[str, float | str] = {}
@@ -191,7 +194,7 @@ def run_diagnostics(
     planned += sum(grid_tokens(*grid, mode) for grids in actions for grid in (grids.za, grids.xa) if grid)
     scoring = Scoring(mode, progress, planned)
     criteria = _criteria(config)
-    invalid = invalid_frac(episodes)
+    invalid = invalid_frac(episodes) if validity else None
     if invalid is not None:
         out["diag/invalid_frac"] = invalid
     valid = invalid is None or invalid < criteria.max_invalid
