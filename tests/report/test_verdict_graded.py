@@ -2,10 +2,10 @@
 
 import doctest
 
+from tests.report.test_verdict import UPDATED, diag, write
+
 from mirl.report import graded
 from mirl.report.verdict import verdict
-
-from tests.report.test_verdict import UPDATED, diag, write
 
 SUCCESS = [0.22, 0.2, 0.24, 0.21, 0.22, 0.18, 0.12, 0.08, 0.05, 0.03, 0.04, 0.02, 0.03, 0.03, 0.02, 0.03]
 

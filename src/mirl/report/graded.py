@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from mirl.report.onset import _noise
-from mirl.report.rundir import Metrics, Series, build_metrics
+from mirl.report.rundir import Metrics, Series
 
 VALIDITY_FALL = 0.1  # malformed share rise that counts as validity falling
 Z_SUCCESS = 3.0  # success fell: first- minus last-quarter mean beyond this many standard errors
@@ -35,6 +35,7 @@ def _invalid(metrics: Metrics) -> Series | None:
 def validity_fell(metrics: Metrics, at: int) -> str | None:
     """ "valid a -> b" when the malformed share rose by more than VALIDITY_FALL from iteration ``at`` on, else None.
 
+    >>> from mirl.report.rundir import build_metrics
     >>> m = build_metrics([{"iteration": i, "rollout/invalid_frac": 0.05 if i < 5 else 0.6} for i in range(1, 9)])
     >>> validity_fell(m, 5), validity_fell(m, 2) is None
     ('valid 0.95 -> 0.4', False)

@@ -24,7 +24,8 @@ The verdict is a health word and a few facts, each with the evidence behind it (
 
 Health: ``unhealthy`` when the run crashed, never updated, or its regime is a collapse, degenerate or has no
 reasoning to judge; ``check`` when any warning stands, input dependence is not above chance, a collapse onset with
-H(Z|X) held was found, the reasoning is wrong-but-grounded or the alarm fired; ``healthy`` otherwise; ``no data`` before the first logged iteration.
+H(Z|X) held was found, the reasoning is wrong-but-grounded or the alarm fired; ``healthy`` otherwise; ``no data``
+before the first logged iteration.
 """
 
 from __future__ import annotations
