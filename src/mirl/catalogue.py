@@ -226,12 +226,21 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("diag/{scope}/sample_temperature", "temperature the scored reasonings were sampled at", ""),
     Metric(
         "diag/{scope}/est/agnostic_share",
-        "share of scored reasonings without input dependence of their own: (d - mean_i q_i) / (d - 1/2) clipped to "
-        "[0, 1], q_i = normalised rank of row i's matched score among the other prompts' (docs/metrics.md)",
+        "share of scored reasonings without input dependence of their own: (p - retrieval_acc@k) / (p - "
+        "retrieval_chance@k) clipped to [0, 1], p = 0.95 the test's power, k = agnostic_share_cut (docs/metrics.md)",
         "fraction",
     ),
-    Metric("diag/{scope}/est/agnostic_share_ci_low", "lower end of its 95 % interval (mean q + 1.96 SE)", "fraction"),
-    Metric("diag/{scope}/est/agnostic_share_ci_high", "upper end of its 95 % interval (mean q - 1.96 SE)", "fraction"),
+    Metric(
+        "diag/{scope}/est/agnostic_share_ci_low",
+        "the same map of the upper end of retrieval_acc@k's 95 % Wilson interval over the M pairs",
+        "fraction",
+    ),
+    Metric(
+        "diag/{scope}/est/agnostic_share_ci_high",
+        "the same map of the lower end of retrieval_acc@k's 95 % Wilson interval over the M pairs",
+        "fraction",
+    ),
+    Metric("diag/{scope}/est/agnostic_share_cut", "k: the largest logged cut-off whose retrieval_chance@k <= 1/2", ""),
     Metric(
         "diag/{scope}/grounded_share",
         "scored pairs the env's reasoning_kind labels grounded / scored pairs it labels (scorer-free)",

@@ -7,17 +7,26 @@ import math
 import pytest
 import torch
 
-from mirl.diagnostics.agnostic import agnostic_share, own_ranks
+from mirl.diagnostics.agnostic import agnostic_share, cut, wilson
 from mirl.diagnostics.alarm import Alarm, first_alarm
+from mirl.diagnostics.info import mi_proxies
 
 
-def mixture(rows: int, templated: int, generator: torch.Generator) -> torch.Tensor:
+def mixture(rows: int, templated: int, generator: torch.Generator, miss: int = 0) -> torch.Tensor:
     """An (rows, rows) score matrix, reasoning i from prompt i: the first ``templated`` rows score alike under every
-    prompt (i.i.d. noise, the matched cell included); the others score their own prompt 2 nats above the rest."""
+    prompt (i.i.d. noise, the matched cell included); the others score their own prompt 2 nats above the rest,
+    except the last ``miss`` of them, which score it 2 nats below (dependent rows the test misses)."""
     logp = -3.0 + 0.5 * torch.randn(rows, rows, generator=generator, dtype=torch.float64)
-    grounded = torch.arange(templated, rows)
+    grounded = torch.arange(templated, rows - miss)
     logp[grounded, grounded] = -1.0
+    missed = torch.arange(rows - miss, rows)
+    logp[missed, missed] = -5.0
     return logp
+
+
+def share_of(logp: torch.Tensor, power: float = 1.0) -> dict[str, float]:
+    proxies = mi_proxies(logp, torch.arange(logp.shape[0]))
+    return agnostic_share(proxies, rows=logp.shape[0], power=power)
 
 
 @pytest.mark.parametrize("share", [0.0, 0.25, 0.5, 0.75, 1.0])
@@ -26,49 +35,34 @@ def test_k_of_n_templated_rows_read_about_k_over_n(share):
     templated = round(share * rows)
     covered, errors = 0, []
     for seed in range(200):
-        out = agnostic_share(mixture(rows, templated, torch.Generator().manual_seed(seed)), torch.arange(rows))
+        out = share_of(mixture(rows, templated, torch.Generator().manual_seed(seed)))
+        assert out["agnostic_share_cut"] == 8.0  # chance@8 = 8/32 = 1/4 <= 1/2 < chance@16
         covered += out["agnostic_share_ci_low"] <= share <= out["agnostic_share_ci_high"]
         errors.append(abs(out["agnostic_share"] - share))
     # a 95 % interval: at least 90 % of 200 batches (a binomial 95 % would fall under 90 % with p < 0.001)
     assert covered >= 180
-    # templated ranks are uniform on 32 places: SD of the share = 2 sqrt(k / 12) / 32 <= 0.06 at k = 32
-    assert sum(errors) / len(errors) < 0.08
-    first = agnostic_share(mixture(rows, templated, torch.Generator().manual_seed(0)), torch.arange(rows))
+    # a templated row passes at k = 8 with chance 1/4: SD of the share = sqrt(k 3/16) / 8 / 32 * 4 <= 0.14
+    assert sum(errors) / len(errors) < 0.13
+    first = share_of(mixture(rows, templated, torch.Generator().manual_seed(0)))
     assert first["agnostic_share_ci_low"] <= share <= first["agnostic_share_ci_high"]
 
 
-def test_ranks_match_a_loop_over_rows_and_count_a_repeated_prompt_once():
-    generator = torch.Generator().manual_seed(3)
-    logp = torch.randn(6, 5, generator=generator, dtype=torch.float64).round(decimals=1)  # ties happen
-    group = torch.tensor([0, 1, 1, 2, 3])  # columns 1 and 2 hold the same prompt
-    logp[:, 2] = logp[:, 1]  # equal prompts score equally
-    true_col = torch.tensor([0, 1, 2, 3, 4, 0])
-    expected = []
-    for i in range(6):
-        per_prompt = {int(g): float(logp[i, j]) for j, g in enumerate(group)}
-        own = int(group[true_col[i]])
-        others = [s for g, s in per_prompt.items() if g != own]
-        matched = per_prompt[own]
-        expected.append((sum(s < matched for s in others) + 0.5 * sum(s == matched for s in others)) / len(others))
-    assert own_ranks(logp, true_col, group).tolist() == pytest.approx(expected, abs=1e-15)
+def test_the_power_setting_corrects_for_dependent_rows_the_test_misses():
+    # 16 dependent rows of 32, 2 of them ranking their prompt last (power 14/16), no templated row: at p = 1 the
+    # misses read as agnostic rows, at p = 7/8 the batch reads as fully dependent
+    logp = mixture(16, 0, torch.Generator().manual_seed(1), miss=2)
+    assert share_of(logp)["agnostic_share"] == pytest.approx((1 - 14 / 16) / (1 - 8 / 16))  # k = 8 of 16
+    assert share_of(logp, power=14 / 16)["agnostic_share"] == 0.0
 
 
-def test_power_correction_reads_a_fully_dependent_batch_as_zero():
-    # every row ranks its own prompt 2nd of 5 (q = 3/4): with d = 1 that reads as half agnostic, with d = 3/4 as 0
-    logp = torch.zeros(5, 5)
-    for i in range(5):
-        logp[i, i] = -1.0
-        logp[i, (i + 1) % 5] = 0.5
-        logp[i, [j for j in range(5) if j not in (i, (i + 1) % 5)]] = -2.0
-    assert agnostic_share(logp, torch.arange(5))["agnostic_share"] == pytest.approx(0.5)  # (1 - 3/4) / (1 - 1/2)
-    assert agnostic_share(logp, torch.arange(5), dependent_rank=0.75)["agnostic_share"] == 0.0
-
-
-def test_undefined_without_two_prompts_and_bad_settings_are_refused():
-    out = agnostic_share(torch.zeros(3, 2), torch.tensor([0, 1, 0]), col_group=torch.tensor([4, 4]))
-    assert all(math.isnan(v) for v in out.values())
-    with pytest.raises(ValueError, match="dependent_rank must be in"):
-        agnostic_share(torch.zeros(2, 2), torch.arange(2), dependent_rank=0.5)
+def test_the_cut_is_the_largest_logged_k_with_chance_at_most_one_half():
+    assert cut({"retrieval_chance": 1 / 8, "retrieval_chance@2": 0.25, "retrieval_chance@4": 0.5}) == 4
+    assert cut({"retrieval_chance": 0.6}) is None
+    assert agnostic_share({"retrieval_acc": 1.0, "retrieval_chance": 0.6}, rows=4) == {}
+    # Wilson by hand: 8 of 16 -> centre 0.5, half z sqrt(1/64 + z^2/1024) / (1 + z^2/16) = 0.220004 (z = 1.959964)
+    assert wilson(8, 16) == pytest.approx((0.279996, 0.720004), abs=1e-6)
+    with pytest.raises(ValueError, match="power must be in"):
+        agnostic_share({"retrieval_acc": 1.0, "retrieval_chance": 0.1}, rows=4, power=0.0)
 
 
 def test_alarm_fires_after_two_rises_beyond_the_baseline_and_not_on_noise_or_degeneration():

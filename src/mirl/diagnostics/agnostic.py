@@ -1,126 +1,96 @@
-"""The agnostic share: which fraction of a batch's reasonings show no detectable input dependence in their own row.
+"""The agnostic share: which fraction of a batch's reasonings show no detectable input dependence of their own.
 
-Part of the pure numeric core (torch and math only). MI-Est and retrieval are batch averages: a batch with half its
-reasonings templated reads as a blend, and a retrieval threshold only trips once nearly every row has lost its
-prompt (docs/metrics.md, "Agnostic share"). This estimator reads each row on its own and counts.
+Part of the pure numeric core (math only). MI-Est and retrieval are batch averages: a batch with half its reasonings
+templated reads as a blend, and a retrieval threshold trips only once nearly every row has lost its prompt
+(docs/metrics.md, "Agnostic share"). This estimator counts rows.
 
-Row statistic. For row i of an (M, N) score matrix L with G distinct prompts (``col_group``; a prompt repeated
-in several columns counts once, at its best column), the normalised rank of the matched score among the other
-G - 1 prompts' scores, ties counted half:
+Per-row test. Row i passes when one of the first k columns of its ranking holds its own prompt (retrieval@k, the
+ranking and tie rule of :func:`mirl.diagnostics.info.mi_proxies`). A reasoning that does not depend on its input
+was as likely under any prompt, so its own prompt lands among the first k by chance: with probability c =
+``retrieval_chance@k`` (the false-positive rate; exact without duplicate prompts, the union bound with them). A
+reasoning that depends on its input passes with probability p, the test's power (``POWER``, calibrated).
 
-    q_i = (#{g != own_i : s_ig < m_i} + 1/2 #{g != own_i : s_ig = m_i}) / (G - 1)      in [0, 1]
+Mixture estimator. With a share a of agnostic rows, E[retrieval_acc@k] = a c + (1 - a) p, so
 
-A reasoning that does not depend on its input (a template) was as likely under any prompt, so its matched score is
-exchangeable with the others and q_i is uniform on {0, 1/(G-1), ..., 1}: E[q | agnostic] = 1/2 exactly, whatever
-the model or the length of the reasoning. A reasoning that depends on its input ranks its own prompt high:
-E[q | dependent] = d, the test's power in rank units (1 when every dependent row ranks its own prompt first).
+    agnostic_share = (p - retrieval_acc@k) / (p - c),   clipped to [0, 1]
+    interval       = the same map of the 95 % Wilson interval of retrieval_acc@k over the M rows
 
-Mixture estimator. With a share a of agnostic rows, mean q = a / 2 + (1 - a) d, so
+The cut k is the largest of the logged cut-offs (1, 2, 4, 8) whose chance is at most 1/2: the estimate's variance,
+a (1 - c) / (M c) at p = 1, falls as c grows, while a cut where chance passes 1/2 leaves agnostic rows too little
+room to miss. It reads only keys every run since the first release logs (``retrieval_acc@k``,
+``retrieval_chance@k``, ``pairs``), so it can be recomputed for committed runs and calibrated on them
+(studies/regimes/calibrate_graded.py).
 
-    agnostic_share = (d - mean q) / (d - 1/2),   clipped to [0, 1]
-    interval       = the same map of mean q -/+ z * sd(q) / sqrt(M)    (sd with ddof 1; z = 1.96 at 95 %)
+32 rows at k = 8 of 32 prompts (c = 1/4), 20 of them with their prompt among the first 8: acc = 0.625 and, at
+p = 1, a = (1 - 0.625) / (1 - 0.25) = 0.5:
 
-The 1/2 is exact (the false-positive side needs no calibration); d is the one setting, the mean rank of
-input-dependent rows, chosen on committed organism batches (``DEPENDENT_RANK``; studies/results/regimes/). A
-mean of ranks rather than a count of rows under a cut (Storey's estimator) because it has a third of the variance
-for the same batch: a uniform rank has variance 1/12, a coin at 1/2 has 1/4.
+>>> out = agnostic_share({"retrieval_acc@8": 0.625, "retrieval_chance@8": 0.25, "retrieval_acc": 0.5,
+...                       "retrieval_chance": 1 / 32}, rows=32, power=1.0)
+>>> round(out["agnostic_share"], 6), out["agnostic_share_cut"]
+(0.5, 8.0)
 
-Eight reasonings over eight prompts; rows 0-3 rank their own prompt first (q = 1), rows 4-7 rank it 2nd, 4th,
-5th and 7th of 8 (q = 6/7, 4/7, 3/7, 1/7): mean q = (4 + 14/7) / 8 = 0.75, share = (1 - 0.75) / (1 - 0.5) = 0.5.
+Wilson at 20 of 32 is [0.4525, 0.7707]; mapped, (1 - 0.7707) / 0.75 and (1 - 0.4525) / 0.75:
 
->>> logp = torch.full((8, 8), -3.0)
->>> logp[range(8), range(8)] = -1.0                  # rows 0-3: own prompt first
->>> for row, above in zip(range(4, 8), (1, 3, 4, 6)):
-...     logp[row, row] = -2.5                        # rows 4-7: own prompt below `above` others
-...     logp[row, [c for c in range(8) if c != row][:above]] = -2.0
->>> out = agnostic_share(logp, torch.arange(8), dependent_rank=1.0)
->>> round(out["agnostic_share"], 6), out["agnostic_share_ci_low"] < 0.5 < out["agnostic_share_ci_high"]
-(0.5, True)
+>>> round(out["agnostic_share_ci_low"], 3), round(out["agnostic_share_ci_high"], 3)
+(0.306, 0.73)
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
-import torch
-
-DEPENDENT_RANK = 1.0  # d: mean normalised rank of an input-dependent row (calibrated: studies/results/regimes/)
+POWER = 0.95  # p: share of input-dependent rows that pass (calibrated: studies/results/regimes/graded.md)
 KEYS = ("agnostic_share", "agnostic_share_ci_low", "agnostic_share_ci_high")
+MAX_CHANCE = 0.5  # the cut: the largest k whose chance is at most this
 
 
-def own_ranks(logp: torch.Tensor, true_col: torch.Tensor, col_group: torch.Tensor | None = None) -> torch.Tensor:
-    """q_i (M,) of the module docstring, in float64; NaN for every row when fewer than 2 distinct prompts exist.
+def cut(proxies: Mapping[str, float]) -> int | None:
+    """The largest k with a logged ``retrieval_chance@k`` (k = 1: ``retrieval_chance``) at most 1/2, or None.
 
-    Row 0 beats both other prompts, row 1 ties one and beats none, row 2 beats one of two:
-
-    >>> logp = torch.tensor([[0.0, -1.0, -2.0], [-1.0, -1.0, 0.0], [-2.0, 0.0, -1.0]])
-    >>> own_ranks(logp, torch.tensor([0, 1, 2])).tolist()
-    [1.0, 0.25, 0.5]
+    >>> cut({"retrieval_chance": 0.125, "retrieval_chance@4": 0.5, "retrieval_chance@8": 1.0})
+    4
     """
-    scores = logp.detach().to(torch.float64)
-    rows, cols = scores.shape
-    group = torch.arange(cols) if col_group is None else col_group.to(torch.long).cpu()
-    ids, inverse = torch.unique(group, return_inverse=True)  # (G,), (N,) column -> prompt index
-    prompts = len(ids)
-    if prompts < 2:
-        return torch.full((rows,), math.nan, dtype=torch.float64)
-    # (M, G): each prompt's best column score per row; equal prompts give equal scores, the max picks one of them
-    per_prompt = torch.full((rows, prompts), -math.inf, dtype=torch.float64)
-    per_prompt = per_prompt.scatter_reduce(1, inverse.expand(rows, cols), scores.cpu(), reduce="amax")
-    own = inverse[true_col.to(torch.long).cpu()]  # (M,)
-    matched = per_prompt.gather(1, own[:, None])  # (M, 1)
-    others = torch.ones_like(per_prompt, dtype=torch.bool).scatter(1, own[:, None], False)  # (M, G)
-    below = ((per_prompt < matched) & others).sum(dim=1).to(torch.float64)
-    tied = ((per_prompt == matched) & others).sum(dim=1).to(torch.float64)
-    return (below + 0.5 * tied) / (prompts - 1)
+    found = [1] if proxies.get("retrieval_chance", math.inf) <= MAX_CHANCE else []
+    for key, value in proxies.items():
+        if key.startswith("retrieval_chance@") and value <= MAX_CHANCE:
+            found.append(int(key.split("@")[1]))
+    return max(found) if found else None
 
 
-def agnostic_share(
-    logp: torch.Tensor,
-    true_col: torch.Tensor,
-    *,
-    col_group: torch.Tensor | None = None,
-    dependent_rank: float = DEPENDENT_RANK,
-    level: float = 0.95,
-) -> dict[str, float]:
-    """The agnostic share of an (M, N) score matrix and its interval (module docstring), as :data:`KEYS`.
+def wilson(successes: float, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """Wilson score interval of a proportion (95 % by default).
 
-    ``logp``, ``true_col`` and ``col_group`` as for :func:`mirl.diagnostics.info.mi_proxies`. NaN for every key
-    when fewer than 2 distinct prompts were scored; with one row the interval is the whole of [0, 1].
+    >>> [round(v, 4) for v in wilson(9, 16)]
+    [0.3318, 0.769]
+    """
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
 
-    >>> logp = torch.eye(4) - 1.0                      # every reasoning fits its own prompt best
-    >>> agnostic_share(logp, torch.arange(4))["agnostic_share"]
+
+def agnostic_share(proxies: Mapping[str, float], rows: int, *, power: float = POWER) -> dict[str, float]:
+    """:data:`KEYS` and ``agnostic_share_cut`` (k) from ``mi_proxies`` keys of M = ``rows`` scored reasonings
+    (module docstring). Empty when no cut has chance at most 1/2, there are no rows, or the power does not exceed
+    the chance (the test then cannot tell the two kinds of row apart).
+
+    >>> agnostic_share({"retrieval_acc": 1.0, "retrieval_chance": 0.125}, rows=8, power=1.0)["agnostic_share"]
     0.0
     """
-    if not 0.5 < dependent_rank <= 1.0:
-        raise ValueError(f"dependent_rank must be in (0.5, 1], got {dependent_rank!r}; the default is {DEPENDENT_RANK}")
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"level must be in (0, 1), got {level!r}")
-    q = own_ranks(logp, true_col, col_group)  # (M,)
-    if not len(q) or torch.isnan(q).any():
-        return dict.fromkeys(KEYS, math.nan)
-    z = _normal_quantile(0.5 + level / 2)
-    mean = float(q.mean())
-    half = z * float(q.std()) / math.sqrt(len(q)) if len(q) > 1 else math.inf
+    if not 0.0 < power <= 1.0:
+        raise ValueError(f"power must be in (0, 1], got {power!r}; the default is {POWER}")
+    k = cut(proxies)
+    if k is None or rows < 1:
+        return {}
+    suffix = "" if k == 1 else f"@{k}"
+    acc, chance = proxies[f"retrieval_acc{suffix}"], proxies[f"retrieval_chance{suffix}"]
+    if power <= chance:
+        return {}
 
-    def share(mean_rank: float) -> float:
-        return min(1.0, max(0.0, (dependent_rank - mean_rank) / (dependent_rank - 0.5)))
+    def share(hit_rate: float) -> float:
+        return min(1.0, max(0.0, (power - hit_rate) / (power - chance)))
 
-    # a higher mean rank is a lower share: the interval's ends swap
-    return dict(zip(KEYS, (share(mean), share(mean + half), share(mean - half)), strict=True))
-
-
-def _normal_quantile(p: float) -> float:
-    """The standard normal quantile, by bisection on erf (no scipy in the core).
-
-    >>> round(_normal_quantile(0.975), 4)
-    1.96
-    """
-    low, high = -10.0, 10.0
-    for _ in range(100):
-        mid = (low + high) / 2
-        if 0.5 * math.erfc(-mid / math.sqrt(2)) < p:
-            low = mid
-        else:
-            high = mid
-    return (low + high) / 2
+    low, high = wilson(acc * rows, rows)
+    # a higher hit rate is a lower share: the interval's ends swap
+    return dict(zip(KEYS, (share(acc), share(high), share(low)), strict=True)) | {"agnostic_share_cut": float(k)}

@@ -4,8 +4,8 @@ Called by :func:`mirl.diagnostics.run.run_diagnostics` for every scope; every ke
 
 - ``diag/invalid_frac``: the batch's turns whose reply failed to parse / all its turns (the validity the
   ``degenerate`` regime reads; the same formula as ``rollout/invalid_frac``, logged wherever the diagnostics run);
-- ``diag/s/est/agnostic_share`` and ``_ci_low`` / ``_ci_high``: :func:`mirl.diagnostics.agnostic.agnostic_share`
-  of the per-token matrix;
+- ``diag/s/est/agnostic_share``, ``_ci_low`` / ``_ci_high`` and ``_cut``:
+  :func:`mirl.diagnostics.agnostic.agnostic_share` of the per-token matrix's retrieval;
 - ``diag/s/grounded_share`` and ``diag/s/template_share``: of the scored pairs the env can judge (its
   ``reasoning_kind``, e.g. KeySum's and Countdown's), the shares it labels grounded and template: ground truth beside
   the scorer's reading; absent when no scored pair's env judges reasonings;
@@ -14,9 +14,7 @@ Called by :func:`mirl.diagnostics.run.run_diagnostics` for every scope; every ke
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-import torch
+from collections.abc import Mapping, Sequence
 
 from mirl.diagnostics.agnostic import agnostic_share
 from mirl.diagnostics.alarm import Alarm
@@ -50,10 +48,9 @@ def judged_shares(pair_set: PairSet, episodes: Sequence[Episode]) -> dict[str, f
     return {f"{prefix}/{name}_share": labels.count(name) / len(labels) for name in ("grounded", "template")}
 
 
-def graded(scope: str, per_token: torch.Tensor, true_col: torch.Tensor, col_group: Sequence[int]) -> dict[str, float]:
-    """``diag/s/est/agnostic_share`` and its interval (NaN values left out)."""
-    share = agnostic_share(per_token, true_col, col_group=torch.tensor(col_group, dtype=torch.long))
-    return {f"diag/{scope}/est/{key}": value for key, value in share.items() if value == value}
+def graded(scope: str, est: Mapping[str, float], rows: int) -> dict[str, float]:
+    """``diag/s/est/agnostic_share``, its interval and its cut k, from the scope's ``est`` proxies of M = ``rows``."""
+    return {f"diag/{scope}/est/{key}": value for key, value in agnostic_share(est, rows).items()}
 
 
 def alarm_value(alarm: Alarm, out: dict, scope: str, valid: bool) -> float:

@@ -223,7 +223,7 @@ def run_diagnostics(
         )
         scores = _Scores(*matrices, pair_set.true_col, pair_set.col_group)
         est = _family(out, scope, "", scores, config, state)
-        out.update(graded(scope, scores.per_token, scores.true_col, scores.col_group))
+        out.update(graded(scope, est, len(pair_set.pairs)))
         out[f"diag/{scope}/alarm"] = alarm_value(state.alarm(scope), out, scope, valid)
         # input dependence: retrieval above chance, null-corrected when the permutation null ran (regimes.py)
         retrieval = out.get(f"diag/{scope}/est/retrieval_above_chance_corrected", est["retrieval_above_chance"])
