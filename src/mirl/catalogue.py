@@ -249,7 +249,7 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("diag/{scope}/template_share", "scored pairs labelled template / labelled (as grounded_share)", "fraction"),
     Metric(
         "diag/{scope}/alarm",
-        "1 once the agnostic share's lower bound stood above the first diagnosed upper bound at 2 diagnosed "
+        "1 once the agnostic share's lower bound stood above the first diagnosed share at 3 diagnosed "
         "iterations in a row with under half the replies malformed, else 0 (docs/metrics.md, Alarm)",
     ),
     Metric("diag/invalid_frac", "diagnosed batch's turns whose reply failed to parse / all its turns", "fraction"),

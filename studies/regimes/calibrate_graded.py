@@ -1,21 +1,25 @@
 """Held-out calibration of the agnostic share, and the alarm's false-alarm rate and delay (docs/metrics.md).
 
-    python studies/regimes/graded_runs.py        # the organism runs (studies/results/regimes/runs/)
     python studies/regimes/calibrate_graded.py   # -> studies/results/regimes/graded.md and graded.json
 
-Truth per diagnosed batch: the share of its scored pairs that the env labels template
-(``diag/<scope>/template_share``, KeySum's ``reasoning_kind``: the reasoning holds no symbol). Batches whose replies
-are mostly malformed (``diag/invalid_frac`` >= 0.5: degenerate) are left out.
+The agnostic share (mirl.diagnostics.agnostic) reads only ``retrieval_acc@k``, ``retrieval_chance@k`` and
+``pairs``, which every committed run logged, so it is recomputed here for every diagnosed iteration of the committed
+runs with the function that computes it in training (``mirl.diagnostics.agnostic.agnostic_share``).
 
-Setting chosen: d, the mean normalised rank of an input-dependent row (mirl.diagnostics.agnostic), on the grid
-0.70, 0.71, ..., 1.00, minimising the mean absolute error over the in-sample batches (seed 1 runs); reported per
-true-template-share bin on the in-sample batches and on the held-out ones (seeds 6 and 7). The logged share used
-d = 1; under another d it is recomputed exactly from the logged one (mean q = 1 - share / 2, the clipped ends
-included), and so are the interval's ends.
+Truth per organism batch: ``reasoning/template_frac``, the share of the batch's turns whose reasoning KeySum's
+``reasoning_kind`` labels template (it holds no symbol). It covers every turn of the batch, while the trajectory
+scope scores 32 of them and the first-turn scope 32 first turns: part of each error below is that sampling (about
+0.08 at a share of 1/2). Batches whose replies are mostly malformed (``rollout/invalid_frac`` >= 0.5) are left out.
 
-Alarm: :func:`mirl.diagnostics.alarm.first_alarm` over each run's trajectory-scope series with the chosen d. False
-alarms: runs where nothing collapsed (B-low, F-low, KL-high, Floor); delay: in P runs, the alarm's iteration minus
-the first iteration at which the env's template share of the scored pairs reached 0.9.
+Setting chosen: the power p, on the grid 0.80, 0.81, ..., 1.00, minimising the mean over true-share bins of the
+trajectory scope's mean absolute error on the in-sample batches (organism seeds 1-5, every arm). Held out: seeds 0
+and 6-10 (the calibration seed's B-low, F-low, P and Floor; the intervention sweep's B-low, F-low, entropy-high,
+KL-high, T 0.7 and T 1.3), never used to choose it.
+
+Alarm (mirl.diagnostics.alarm, trajectory scope, with the chosen p): false alarms on the committed runs where nothing
+collapsed (organism B-low, F-low, S-low, B-high, F-high, Floor and the credit arms; the credit sweep's SmolLM2 runs;
+the quickstart run); delay on the P runs: the alarm's iteration minus the first iteration whose template share
+reached 0.9.
 """
 
 from __future__ import annotations
@@ -25,47 +29,35 @@ import statistics
 from pathlib import Path
 
 from mirl.diagnostics.alarm import first_alarm
+from mirl.diagnostics.agnostic import agnostic_share
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNS = ROOT / "studies" / "results" / "regimes" / "runs"
+LAB = ROOT / "studies" / "results" / "lab"
+OTHER = [*sorted((ROOT / "studies" / "results" / "credit").rglob("metrics.jsonl")),
+         ROOT / "benchmarks" / "data" / "quickstart_run" / "metrics.jsonl"]  # fmt: skip
 OUT = ROOT / "studies" / "results" / "regimes"
-IN_SAMPLE, HELD_OUT = (1,), (6, 7)
+IN_SAMPLE, HELD_OUT = (1, 2, 3, 4, 5), (0, 6, 7, 8, 9, 10)
 BINS = ((0.0, 0.2), (0.2, 0.4), (0.4, 0.6), (0.6, 0.8), (0.8, 1.01))
-QUIET = ("b-low", "f-low", "kl-hi", "floor")  # arms in which nothing collapsed
-GRID = [round(0.7 + i / 100, 2) for i in range(31)]
-SCOPE = "trajectory"
+QUIET = ("b-low", "f-low", "s-low", "b-high", "f-high", "floor", "credit-turn", "credit-step")
+GRID = [round(0.8 + i / 100, 2) for i in range(21)]
+SCOPES = ("trajectory", "first_turn")
+ENOUGH = 30  # batches a bin needs for its error to count against the goal
+GOAL = 0.15
 
 
-def reshare(logged: float, d: float) -> float:
-    """The share under dependent rank ``d`` from the share logged under d = 1.
-
-    >>> reshare(0.5, 1.0), reshare(0.5, 0.9), reshare(1.0, 0.9), reshare(0.0, 0.9)
-    (0.5, 0.375, 1.0, 0.0)
-    """
-    mean_rank = 1.0 - logged / 2.0
-    return min(1.0, max(0.0, (d - mean_rank) / (d - 0.5)))
+def read(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def batches() -> dict[str, list[dict]]:
-    """Per run name: its diagnosed iterations with the scope's logged share, interval, truth and validity."""
-    out = {}
-    for path in sorted(RUNS.glob("*/metrics.jsonl")):
-        rows = []
-        for line in path.read_text(encoding="utf-8").splitlines():
-            row = json.loads(line)
-            est, base = f"diag/{SCOPE}/est/", f"diag/{SCOPE}/"
-            if est + "agnostic_share" not in row or base + "template_share" not in row:
-                continue
-            rows.append({
-                "iteration": row["iteration"],
-                "share": row[est + "agnostic_share"],
-                "low": row[est + "agnostic_share_ci_low"],
-                "high": row[est + "agnostic_share_ci_high"],
-                "truth": row[base + "template_share"],
-                "valid": row.get("diag/invalid_frac", 0.0) < 0.5,
-            })  # fmt: skip
-        out[path.parent.name] = rows
-    return out
+def shares(row: dict, scope: str, power: float) -> dict[str, float]:
+    """The agnostic share of one logged iteration's scope under ``power`` ({} when not diagnosed)."""
+    est = {k.rsplit("/", 1)[1]: v for k, v in row.items() if k.startswith(f"diag/{scope}/est/retrieval_")}
+    pairs = row.get(f"diag/{scope}/pairs")
+    return agnostic_share(est, int(pairs), power=power) if est and pairs else {}
+
+
+def organism() -> dict[str, list[dict]]:
+    return {path.parent.name: read(path) for path in sorted(LAB.glob("*_s*/metrics.jsonl"))}
 
 
 def seed_of(name: str) -> int:
@@ -76,97 +68,108 @@ def arm_of(name: str) -> str:
     return name.rsplit("_s", 1)[0]
 
 
-def pooled(runs: dict[str, list[dict]], seeds: tuple[int, ...]) -> list[dict]:
-    return [b for name, rows in runs.items() if seed_of(name) in seeds and arm_of(name) != "reg-only"
-            for b in rows if b["valid"]]  # fmt: skip
+def batches(runs: dict[str, list[dict]], seeds: tuple[int, ...], scope: str, power: float) -> list[tuple]:
+    """(estimate, low, high, truth) of every valid diagnosed batch of the runs with these seeds."""
+    out = []
+    for name, rows in runs.items():
+        if seed_of(name) not in seeds:
+            continue
+        for row in rows:
+            if row.get("rollout/invalid_frac", 0.0) >= 0.5 or "reasoning/template_frac" not in row:
+                continue
+            found = shares(row, scope, power)
+            if found:
+                out.append((found["agnostic_share"], found["agnostic_share_ci_low"],
+                            found["agnostic_share_ci_high"], row["reasoning/template_frac"]))  # fmt: skip
+    return out
 
 
-def table(rows: list[dict], d: float) -> list[dict]:
-    """Per bin: batches, mean truth, mean estimate, mean absolute error, interval coverage."""
+def table(items: list[tuple]) -> list[dict]:
+    """Per true-share bin: batches, mean truth, mean estimate, mean absolute error, interval coverage."""
     out = []
     for low, high in BINS:
-        inside = [b for b in rows if low <= b["truth"] < high]
-        if not inside:
-            out.append({"bin": f"{low:.1f}-{min(high, 1.0):.1f}", "batches": 0})
-            continue
-        estimates = [reshare(b["share"], d) for b in inside]
-        covered = [reshare(b["low"], d) <= b["truth"] <= reshare(b["high"], d) for b in inside]
-        out.append({
-            "bin": f"{low:.1f}-{min(high, 1.0):.1f}",
-            "batches": len(inside),
-            "mean_truth": statistics.fmean(b["truth"] for b in inside),
-            "mean_estimate": statistics.fmean(estimates),
-            "mae": statistics.fmean(abs(e - b["truth"]) for e, b in zip(estimates, inside, strict=True)),
-            "coverage": sum(covered) / len(covered),
-        })  # fmt: skip
+        inside = [b for b in items if low <= b[3] < high]
+        row = {"bin": f"{low:.1f}-{min(high, 1.0):.1f}", "batches": len(inside)}
+        if inside:
+            row |= {"mean_truth": statistics.fmean(b[3] for b in inside),
+                    "mean_estimate": statistics.fmean(b[0] for b in inside),
+                    "mae": statistics.fmean(abs(b[0] - b[3]) for b in inside),
+                    "coverage": statistics.fmean(b[1] <= b[3] <= b[2] for b in inside)}  # fmt: skip
+        out.append(row)
     return out
 
 
-def alarms(runs: dict[str, list[dict]], d: float) -> dict:
-    """Per run: the iteration the alarm fires at (None: never) and, for P runs, the truth's collapse iteration."""
-    out = {}
-    for name, rows in runs.items():
-        index = first_alarm([reshare(b["low"], d) for b in rows], [reshare(b["high"], d) for b in rows],
-                            [b["valid"] for b in rows])  # fmt: skip
-        collapsed = next((b["iteration"] for b in rows if b["truth"] >= 0.9), None)
-        out[name] = {"alarm": None if index is None else rows[index]["iteration"], "truth_0.9": collapsed,
-                     "iterations": len(rows)}  # fmt: skip
-    return out
+def balanced_mae(items: list[tuple]) -> float:
+    return statistics.fmean(row["mae"] for row in table(items) if row["batches"])
+
+
+def alarm_of(rows: list[dict], power: float, scope: str = "trajectory") -> dict:
+    """The iteration the alarm first fires at over a run's diagnosed iterations (None: never), and its truth."""
+    series = [(row["iteration"], shares(row, scope, power), row.get("rollout/invalid_frac", 0.0) < 0.5)
+              for row in rows]  # fmt: skip
+    series = [(it, found, valid) for it, found, valid in series if found]
+    index = first_alarm([f["agnostic_share"] for _, f, _ in series],
+                        [f["agnostic_share_ci_low"] for _, f, _ in series], [v for _, _, v in series])  # fmt: skip
+    truth = next((row["iteration"] for row in rows if row.get("reasoning/template_frac", 0.0) >= 0.9), None)
+    return {"alarm": None if index is None else series[index][0], "template_0.9_at": truth,
+            "diagnosed": len(series)}  # fmt: skip
 
 
 def calibrate() -> dict:
-    runs = batches()
-    inside, held = pooled(runs, IN_SAMPLE), pooled(runs, HELD_OUT)
-
-    def mae(d: float) -> float:
-        return statistics.fmean(abs(reshare(b["share"], d) - b["truth"]) for b in inside)
-
-    best = min(GRID, key=lambda d: (round(mae(d), 6), -d))
-    fired = alarms(runs, best)
-    quiet = {n: v for n, v in fired.items() if arm_of(n) in QUIET}
-    p_runs = {n: v for n, v in fired.items() if arm_of(n) == "p"}
-    return {
-        "d": best,
-        "in_sample": {"seeds": IN_SAMPLE, "batches": len(inside), "bins": table(inside, best)},
-        "held_out": {"seeds": HELD_OUT, "batches": len(held), "bins": table(held, best)},
-        "held_out_d1": table(held, 1.0),
-        "alarm": {
-            "quiet_runs": quiet,
-            "false_alarms": sum(v["alarm"] is not None for v in quiet.values()),
-            "quiet_diagnosed_iterations": sum(v["iterations"] for v in quiet.values()),
-            "p_runs": p_runs,
-            "delays": {
-                n: (v["alarm"] - v["truth_0.9"]) if v["alarm"] and v["truth_0.9"] else None for n, v in p_runs.items()
-            },  # fmt: skip
-        },
+    runs = organism()
+    inside = {p: batches(runs, IN_SAMPLE, "trajectory", p) for p in GRID}
+    best = min(GRID, key=lambda p: (round(balanced_mae(inside[p]), 6), -p))
+    result: dict = {"power": best, "grid_balanced_mae": {p: balanced_mae(inside[p]) for p in GRID}, "scopes": {}}
+    for scope in SCOPES:
+        result["scopes"][scope] = {
+            "in_sample": table(batches(runs, IN_SAMPLE, scope, best)),
+            "held_out": table(batches(runs, HELD_OUT, scope, best)),
+        }
+    quiet = {name: alarm_of(rows, best) for name, rows in runs.items() if arm_of(name) in QUIET}
+    for path in OTHER:
+        quiet[str(path.parent.relative_to(ROOT))] = alarm_of(read(path), best)
+    p_runs = {name: alarm_of(rows, best) for name, rows in runs.items() if arm_of(name) == "p"}
+    delays = {n: v["alarm"] - v["template_0.9_at"] for n, v in p_runs.items() if v["alarm"] and v["template_0.9_at"]}
+    result["alarm"] = {
+        "quiet_runs": quiet,
+        "false_alarms": sorted(n for n, v in quiet.items() if v["alarm"] is not None),
+        "quiet_diagnosed_iterations": sum(v["diagnosed"] for v in quiet.values()),
+        "p_runs": p_runs,
+        "delays": delays,
     }
+    return result
 
 
-def render_bins(bins: list[dict]) -> list[str]:
+def render(bins: list[dict]) -> list[str]:
     lines = ["| true template share | batches | mean truth | mean estimate | MAE | 95 % interval covers |",
              "|---|---|---|---|---|---|"]  # fmt: skip
     for b in bins:
         if not b["batches"]:
             lines.append(f"| {b['bin']} | 0 | - | - | - | - |")
             continue
+        flag = " (goal not met)" if b["batches"] >= ENOUGH and b["mae"] > GOAL else ""
         lines.append(f"| {b['bin']} | {b['batches']} | {b['mean_truth']:.2f} | {b['mean_estimate']:.2f} | "
-                     f"{b['mae']:.3f} | {b['coverage']:.0%} |")  # fmt: skip
+                     f"{b['mae']:.3f}{flag} | {b['coverage']:.0%} |")  # fmt: skip
     return lines
 
 
 def write(result: dict) -> str:
+    text = [f"Agnostic share vs the env's template share (organism), power p = {result['power']:g} chosen on seeds "
+            f"{IN_SAMPLE} (trajectory scope, bin-balanced MAE); held out: seeds {HELD_OUT}. Goal: MAE <= {GOAL} in "
+            f"every bin with at least {ENOUGH} batches.", ""]  # fmt: skip
+    for scope, parts in result["scopes"].items():
+        for part, bins in parts.items():
+            text += [f"{scope}, {part.replace('_', '-')}:", "", *render(bins), ""]
     alarm = result["alarm"]
-    text = [f"Agnostic share vs the env's template share of the scored pairs (trajectory scope), d = {result['d']:g} "
-            f"chosen on seed(s) {result['in_sample']['seeds']}.", "",
-            f"In-sample ({result['in_sample']['batches']} batches):", "", *render_bins(result["in_sample"]["bins"]),
-            "", f"Held out, seeds {result['held_out']['seeds']} ({result['held_out']['batches']} batches):", "",
-            *render_bins(result["held_out"]["bins"]), "", "Held out with the untuned d = 1:", "",
-            *render_bins(result["held_out_d1"]), "",
-            f"Alarm: {alarm['false_alarms']} false alarm(s) in {len(alarm['quiet_runs'])} runs where nothing collapsed "
-            f"({alarm['quiet_diagnosed_iterations']} diagnosed iterations).", ""]  # fmt: skip
-    text += ["| run | alarm at | env template share >= 0.9 at | diagnosed iterations |", "|---|---|---|---|"]
-    for name, v in {**alarm["quiet_runs"], **alarm["p_runs"]}.items():
-        text.append(f"| {name} | {v['alarm'] or '-'} | {v['truth_0.9'] or '-'} | {v['iterations']} |")
+    quiet = alarm["quiet_runs"]
+    text += [f"Alarm (trajectory scope): fired in {len(alarm['false_alarms'])} of {len(quiet)} runs where nothing "
+             f"collapsed ({alarm['quiet_diagnosed_iterations']} diagnosed iterations): "
+             f"{', '.join(alarm['false_alarms']) or 'none'}.", ""]  # fmt: skip
+    text += ["| P run | alarm at | template share >= 0.9 at | delay |", "|---|---|---|---|"]
+    for name, v in alarm["p_runs"].items():
+        delay = alarm["delays"].get(name)
+        text.append(f"| {name} | {v['alarm'] or 'never'} | {v['template_0.9_at'] or '-'} | "
+                    f"{'-' if delay is None else delay} |")  # fmt: skip
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "graded.md").write_text("\n".join(text) + "\n", encoding="utf-8")
     (OUT / "graded.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")

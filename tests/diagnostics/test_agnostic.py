@@ -65,17 +65,17 @@ def test_the_cut_is_the_largest_logged_k_with_chance_at_most_one_half():
         agnostic_share({"retrieval_acc": 1.0, "retrieval_chance": 0.1}, rows=4, power=0.0)
 
 
-def test_alarm_fires_after_two_rises_beyond_the_baseline_and_not_on_noise_or_degeneration():
-    # baseline: the first upper bound, 0.6
-    rising = ([0.3, 0.4, 0.65, 0.7, 0.8], [0.6, 0.7, 0.9, 0.95, 1.0], [True] * 5)
-    assert first_alarm(*rising) == 3  # 0.65 and 0.7 are the first two lower bounds above 0.6
-    flat = ([0.3, 0.5, 0.3, 0.55, 0.3, 0.59], [0.6, 0.8, 0.6, 0.85, 0.6, 0.9], [True] * 6)
-    assert first_alarm(*flat) is None  # lower bounds never above 0.6
-    broken = ([0.3, 0.7, 0.8, 0.9], [0.6, 1.0, 1.0, 1.0], [True, True, False, True])
-    assert first_alarm(*broken) is None  # the malformed batch resets the streak: 1, 0, 1
+def test_alarm_fires_after_three_rises_beyond_the_baseline_and_not_on_noise_or_degeneration():
+    # baseline: the first share, 0.4; the lower bounds 0.45, 0.5, 0.55 are the first three above it
+    rising = ([0.4, 0.5, 0.7, 0.75, 0.8], [0.2, 0.3, 0.45, 0.5, 0.55], [True] * 5)
+    assert first_alarm(*rising) == 4
+    flat = ([0.4, 0.6, 0.3, 0.6, 0.5, 0.6], [0.2, 0.45, 0.1, 0.45, 0.3, 0.45], [True] * 6)
+    assert first_alarm(*flat) is None  # lower bounds above 0.4 never three in a row
+    broken = ([0.4, 0.8, 0.8, 0.9, 0.9], [0.2, 0.6, 0.6, 0.7, 0.7], [True, True, True, False, True])
+    assert first_alarm(*broken) is None  # the malformed batch resets the streak: 1, 2, 0, 1
     alarm = Alarm()
-    for low, high in ((0.1, 0.3), (0.4, 0.5), (0.5, 0.6)):
-        alarm.update(low, high, True)
+    for share, low in ((0.1, 0.0), (0.4, 0.2), (0.5, 0.3), (0.5, 0.3)):
+        alarm.update(share, low, True)
     restored = Alarm()
     restored.load_state_dict(alarm.state_dict())
     assert restored == alarm and alarm.fired

@@ -54,7 +54,7 @@ def graded(scope: str, est: Mapping[str, float], rows: int) -> dict[str, float]:
 
 
 def alarm_value(alarm: Alarm, out: dict, scope: str, valid: bool) -> float:
-    """Fold this iteration's share interval into ``alarm``; 1.0 when it is on."""
+    """Fold this iteration's share and its lower bound into ``alarm``; 1.0 when it is on."""
+    share = out.get(f"diag/{scope}/est/agnostic_share", float("nan"))
     low = out.get(f"diag/{scope}/est/agnostic_share_ci_low", float("nan"))
-    high = out.get(f"diag/{scope}/est/agnostic_share_ci_high", float("nan"))
-    return float(alarm.update(low, high, valid))
+    return float(alarm.update(share, low, valid))

@@ -91,7 +91,7 @@ def alarm_fact(metrics: Metrics, scope: str):
     alarm, share = metrics.get(f"diag/{scope}/alarm"), metrics.get(f"diag/{scope}/est/agnostic_share")
     if alarm is None or share is None:
         return None
-    rule = ("fires when the agnostic share's 95 % lower bound stands above the first diagnosed upper bound at 2 "
+    rule = ("fires when the agnostic share's 95 % lower bound stands above the first diagnosed share at 3 "
             "diagnosed iterations in a row while under half the replies are malformed")  # fmt: skip
     if not (alarm.values > 0).any():
         return Fact("alarm", f"off (agnostic share {share.last:.2f} at iteration {share.iterations[-1]})", rule)
