@@ -28,8 +28,8 @@ import json
 import statistics
 from pathlib import Path
 
-from mirl.diagnostics.alarm import first_alarm
 from mirl.diagnostics.agnostic import agnostic_share
+from mirl.diagnostics.alarm import first_alarm
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB = ROOT / "studies" / "results" / "lab"
