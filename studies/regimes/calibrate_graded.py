@@ -115,6 +115,29 @@ def alarm_of(rows: list[dict], power: float, scope: str = "trajectory") -> dict:
             "diagnosed": len(series)}  # fmt: skip
 
 
+READING_BINS = (0.0, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.01)
+
+
+def reading(runs: dict[str, list[dict]], power: float) -> list[dict]:
+    """Per template-share bin (trajectory scope, every valid organism batch): the share read as input-dependent by
+    the retrieval threshold alone (retrieval above chance, null-corrected, >= 0.1) and with the agnostic share
+    beside it (also agnostic share < 0.5), the regime's rule before and after (mirl.diagnostics.regimes)."""
+    counts = [[0, 0, 0] for _ in READING_BINS[:-1]]
+    for rows in runs.values():
+        for row in rows:
+            truth, est = row.get("reasoning/template_frac"), "diag/trajectory/est/"
+            retrieval = row.get(est + "retrieval_above_chance_corrected")
+            found = shares(row, "trajectory", power)
+            if truth is None or retrieval is None or not found or row.get("rollout/invalid_frac", 0.0) >= 0.5:
+                continue
+            index = next(i for i, edge in enumerate(READING_BINS[1:]) if truth < edge)
+            counts[index][0] += 1
+            counts[index][1] += retrieval >= 0.1
+            counts[index][2] += retrieval >= 0.1 and found["agnostic_share"] < 0.5
+    return [{"bin": f"{lo:.1f}-{min(hi, 1.0):.1f}", "batches": n, "retrieval_only": a / n, "with_share": b / n}
+            for (lo, hi), (n, a, b) in zip(zip(READING_BINS, READING_BINS[1:]), counts, strict=True) if n]  # fmt: skip
+
+
 def calibrate() -> dict:
     runs = organism()
     inside = {p: batches(runs, IN_SAMPLE, "trajectory", p) for p in GRID}
@@ -125,6 +148,7 @@ def calibrate() -> dict:
             "in_sample": table(batches(runs, IN_SAMPLE, scope, best)),
             "held_out": table(batches(runs, HELD_OUT, scope, best)),
         }
+    result["reading"] = reading(runs, best)
     quiet = {name: alarm_of(rows, best) for name, rows in runs.items() if arm_of(name) in QUIET}
     for path in OTHER:
         quiet[str(path.parent.relative_to(ROOT))] = alarm_of(read(path), best)
@@ -160,6 +184,14 @@ def write(result: dict) -> str:
     for scope, parts in result["scopes"].items():
         for part, bins in parts.items():
             text += [f"{scope}, {part.replace('_', '-')}:", "", *render(bins), ""]
+    text += [
+        "Share of organism batches (trajectory scope, all seeds) read as input-dependent, by template share:",
+        "",
+        "| template share | batches | retrieval above chance >= 0.1 | and agnostic share < 0.5 |",
+        "|---|---|---|---|",
+    ]
+    text += [f"| {r['bin']} | {r['batches']} | {r['retrieval_only']:.2f} | {r['with_share']:.2f} |"
+             for r in result["reading"]] + [""]  # fmt: skip
     alarm = result["alarm"]
     quiet = alarm["quiet_runs"]
     text += [f"Alarm (trajectory scope): fired in {len(alarm['false_alarms'])} of {len(quiet)} runs where nothing "
