@@ -24,6 +24,7 @@ reached 0.9.
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 from pathlib import Path
@@ -135,7 +136,7 @@ def reading(runs: dict[str, list[dict]], power: float) -> list[dict]:
             counts[index][1] += retrieval >= 0.1
             counts[index][2] += retrieval >= 0.1 and found["agnostic_share"] < 0.5
     return [{"bin": f"{lo:.1f}-{min(hi, 1.0):.1f}", "batches": n, "retrieval_only": a / n, "with_share": b / n}
-            for (lo, hi), (n, a, b) in zip(zip(READING_BINS, READING_BINS[1:]), counts, strict=True) if n]  # fmt: skip
+            for (lo, hi), (n, a, b) in zip(itertools.pairwise(READING_BINS), counts, strict=True) if n]  # fmt: skip
 
 
 def calibrate() -> dict:
