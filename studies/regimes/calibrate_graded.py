@@ -153,6 +153,7 @@ def calibrate() -> dict:
     quiet = {name: alarm_of(rows, best) for name, rows in runs.items() if arm_of(name) in QUIET}
     for path in OTHER:
         quiet[str(path.parent.relative_to(ROOT))] = alarm_of(read(path), best)
+    quiet = {name: v for name, v in quiet.items() if v["diagnosed"] >= 2}  # a run without a trend cannot alarm
     p_runs = {name: alarm_of(rows, best) for name, rows in runs.items() if arm_of(name) == "p"}
     delays = {n: v["alarm"] - v["template_0.9_at"] for n, v in p_runs.items() if v["alarm"] and v["template_0.9_at"]}
     result["alarm"] = {

@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-POWER = 0.95  # p: share of input-dependent rows that pass (calibrated: studies/results/regimes/graded.md)
+POWER = 0.93  # p: share of input-dependent rows that pass (calibrated: studies/results/regimes/graded.md)
 KEYS = ("agnostic_share", "agnostic_share_ci_low", "agnostic_share_ci_high")
 MAX_CHANCE = 0.5  # the cut: the largest k whose chance is at most this
 
