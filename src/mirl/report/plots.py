@@ -268,7 +268,7 @@ def diagnostics_figure(metrics: Metrics, family: str = "est") -> tuple[Figure | 
         ("conditional_entropy", f"H(Z|X) conditional entropy  [{family}]"),
         ("reasoning_entropy", f"H(Z) reasoning entropy  [{family}]"),
     )
-    for ax, (stat, title) in zip(axes[1:, 1], right, strict=True):
+    for ax, (stat, title) in zip(axes[1:3, 1], right, strict=True):
         if not _scope_panel(ax, metrics, names, family, stat):
             empty_panel(ax, f"no {stat} logged")
         finish(ax, title, unit, y_range="zero")
