@@ -70,7 +70,8 @@ def test_agnostic_share_is_plotted_with_its_band_the_env_share_and_the_alarm():
         share = 0.1 * i
         rows.append({
             "iteration": i, "diag/trajectory/est/mi_estimate": 0.5, "diag/trajectory/est/agnostic_share": share,
-            "diag/trajectory/est/agnostic_share_ci_low": share - 0.05, "diag/trajectory/est/agnostic_share_ci_high": share + 0.05,
+            "diag/trajectory/est/agnostic_share_ci_low": share - 0.05,
+            "diag/trajectory/est/agnostic_share_ci_high": share + 0.05,
             "diag/trajectory/template_share": share, "diag/trajectory/grounded_share": 1 - share,
             "diag/trajectory/alarm": float(i >= 5),
         })  # fmt: skip
