@@ -63,3 +63,13 @@ def test_alarm_line_says_where_it_fired_or_the_latest_share(tmp_path):
     assert (
         verdict(write(tmp_path, quiet, name="quiet")).fact("alarm").value == "off (agnostic share 0.20 at iteration 3)"
     )
+
+
+def test_compare_rows_show_degeneration_and_the_graded_share(tmp_path):
+    from mirl.report.compare import verdict_table
+
+    broken = [UPDATED | {"rollout/invalid_frac": 0.8} | diag(regime="degenerate")] * 3
+    graded_run = [UPDATED | diag(**{"diag/trajectory/est/agnostic_share": 0.25, "diag/trajectory/alarm": 0.0})] * 3
+    html = verdict_table([write(tmp_path, broken, name="a"), write(tmp_path, graded_run, name="b")], ["a", "b"])
+    assert "<th>alarm</th>" in html and "<th>reasoning</th>" in html
+    assert "degenerate (trajectory)" in html and "off (agnostic share 0.25 at iteration 3)" in html
