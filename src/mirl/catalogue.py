@@ -227,7 +227,8 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric(
         "diag/{scope}/est/agnostic_share",
         "share of scored reasonings without input dependence of their own: (p - retrieval_acc@k) / (p - "
-        "retrieval_chance@k) clipped to [0, 1], p = 0.93 the test's power, k = agnostic_share_cut (docs/metrics.md)",
+        "retrieval_chance@k) clipped to [0, 1], p = diagnostics.agnostic_power (0.93), k = agnostic_share_cut "
+        "(docs/metrics.md)",
         "fraction",
     ),
     Metric(

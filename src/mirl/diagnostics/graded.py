@@ -48,9 +48,9 @@ def judged_shares(pair_set: PairSet, episodes: Sequence[Episode]) -> dict[str, f
     return {f"{prefix}/{name}_share": labels.count(name) / len(labels) for name in ("grounded", "template")}
 
 
-def graded(scope: str, est: Mapping[str, float], rows: int) -> dict[str, float]:
+def graded(scope: str, est: Mapping[str, float], rows: int, power: float) -> dict[str, float]:
     """``diag/s/est/agnostic_share``, its interval and its cut k, from the scope's ``est`` proxies of M = ``rows``."""
-    return {f"diag/{scope}/est/{key}": value for key, value in agnostic_share(est, rows).items()}
+    return {f"diag/{scope}/est/{key}": value for key, value in agnostic_share(est, rows, power=power).items()}
 
 
 def alarm_value(alarm: Alarm, out: dict, scope: str, valid: bool) -> float:

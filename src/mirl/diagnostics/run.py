@@ -223,7 +223,7 @@ def run_diagnostics(
         )
         scores = _Scores(*matrices, pair_set.true_col, pair_set.col_group)
         est = _family(out, scope, "", scores, config, state)
-        out.update(graded(scope, est, len(pair_set.pairs)))
+        out.update(graded(scope, est, len(pair_set.pairs), config.agnostic_power))
         out[f"diag/{scope}/alarm"] = alarm_value(state.alarm(scope), out, scope, valid)
         # input dependence: retrieval above chance, null-corrected when the permutation null ran (regimes.py)
         retrieval = out.get(f"diag/{scope}/est/retrieval_above_chance_corrected", est["retrieval_above_chance"])
@@ -274,6 +274,7 @@ def _criteria(config: DiagnosticsConfig) -> Criteria:
     return Criteria(
         entropy=config.regime_entropy_threshold,
         retrieval=config.regime_retrieval_threshold,
+        agnostic=config.regime_agnostic_threshold,
         min_columns=config.regime_min_columns,
         min_iterations=config.regime_min_iterations,
     )

@@ -186,6 +186,7 @@ def criteria(run: RunData) -> Criteria:
     return Criteria(
         entropy=setting("entropy_threshold", defaults.entropy, float),
         retrieval=setting("retrieval_threshold", defaults.retrieval, float),
+        agnostic=setting("agnostic_threshold", defaults.agnostic, float),
         min_columns=setting("min_columns", defaults.min_columns, int),
         min_iterations=max(1, setting("min_iterations", defaults.min_iterations, int)),
     )
