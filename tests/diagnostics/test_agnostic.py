@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import doctest
 import math
 
 import pytest
 import torch
 
+from mirl.diagnostics import agnostic, alarm, graded
 from mirl.diagnostics.agnostic import agnostic_share, cut, wilson
 from mirl.diagnostics.alarm import Alarm, first_alarm
 from mirl.diagnostics.info import mi_proxies
+
+
+def test_doctests():
+    for module in (agnostic, alarm, graded):
+        assert doctest.testmod(module).failed == 0
 
 
 def mixture(rows: int, templated: int, generator: torch.Generator, miss: int = 0) -> torch.Tensor:

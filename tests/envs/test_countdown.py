@@ -271,3 +271,11 @@ def test_reasoning_kind_checks_each_step_against_the_given_numbers_and_exact_ari
     assert Countdown.reasoning_kind(obs, "12 / 4 = 3, 3 x 3 = 9") == "grounded"  # exact division, x as times
     assert Countdown.reasoning_kind(obs, "12 / 5 = 2") == "other"  # 5 not given, and 12/5 is not 2
     assert Countdown.reasoning_kind("Correct! The expression equals 9.", "12 / 4 = 3") is None  # not the question
+
+
+def test_countdown_doctests():
+    import doctest
+
+    import mirl.envs.math.countdown as module
+
+    assert doctest.testmod(module).failed == 0
