@@ -225,9 +225,39 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("diag/{scope}/entropy_temperature", "temperature H(Z|X) is measured at (cross-scoring: 1)", ""),
     Metric("diag/{scope}/sample_temperature", "temperature the scored reasonings were sampled at", ""),
     Metric(
+        "diag/{scope}/est/agnostic_share",
+        "share of scored reasonings without input dependence of their own: (p - retrieval_acc@k) / (p - "
+        "retrieval_chance@k) clipped to [0, 1], p = diagnostics.agnostic_power (0.93), k = agnostic_share_cut "
+        "(docs/metrics.md)",
+        "fraction",
+    ),
+    Metric(
+        "diag/{scope}/est/agnostic_share_ci_low",
+        "the same map of the upper end of retrieval_acc@k's 95 % Wilson interval over the M pairs",
+        "fraction",
+    ),
+    Metric(
+        "diag/{scope}/est/agnostic_share_ci_high",
+        "the same map of the lower end of retrieval_acc@k's 95 % Wilson interval over the M pairs",
+        "fraction",
+    ),
+    Metric("diag/{scope}/est/agnostic_share_cut", "k: the largest logged cut-off whose retrieval_chance@k <= 1/2", ""),
+    Metric(
+        "diag/{scope}/grounded_share",
+        "scored pairs the env's reasoning_kind labels grounded / scored pairs it labels (scorer-free)",
+        "fraction",
+    ),
+    Metric("diag/{scope}/template_share", "scored pairs labelled template / labelled (as grounded_share)", "fraction"),
+    Metric(
+        "diag/{scope}/alarm",
+        "1 once the agnostic share's lower bound stood above the first diagnosed share at 3 diagnosed "
+        "iterations in a row with under half the replies malformed, else 0 (docs/metrics.md, Alarm)",
+    ),
+    Metric("diag/invalid_frac", "diagnosed batch's turns whose reply failed to parse / all its turns", "fraction"),
+    Metric(
         "diag/{scope}/regime",
-        "regime name (a string): quadrant of H(Z|X) per token vs retrieval above chance, or undetermined / "
-        "no_reasoning (docs/metrics.md)",
+        "regime name (a string): quadrant of H(Z|X) per token vs input dependence (retrieval above chance and "
+        "the agnostic share), or undetermined / no_reasoning / degenerate (docs/metrics.md)",
     ),
     Metric("diag/{scope}/{family}/regime", "regime name for an action-dependence family (a string)"),
     Metric("diag/{scope}/regime_id", "index of diag/{scope}/regime in REGIMES, -1 undetermined (TRL logs numbers)"),

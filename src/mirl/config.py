@@ -250,6 +250,11 @@ class DiagnosticsConfig:
     regime_entropy_threshold: float = 0.5
     # retrieval above chance (null-corrected) separating input-grounded from collapsed (docs/metrics.md, Regimes)
     regime_retrieval_threshold: float = 0.1
+    # agnostic share at or above this: input dependence reads low whatever retrieval says (docs/metrics.md, Regimes)
+    regime_agnostic_threshold: float = 0.5
+    # power of the agnostic share's per-row test: share of input-dependent reasonings whose own prompt ranks among
+    # the first k (calibrated on the model organism: docs/metrics.md, Agnostic share)
+    agnostic_power: float = 0.93
     # fewer distinct prompt columns than this: the scope's regime is "undetermined" (docs/metrics.md)
     regime_min_columns: int = 4
     # fewer determined diagnosed iterations than this: the run's regime is "undetermined" (report, summary)

@@ -135,6 +135,8 @@ RANGES: dict[str, Range] = {
     "diagnostics.gradient_every": NON_NEGATIVE,
     "diagnostics.regime_entropy_threshold": NON_NEGATIVE,
     "diagnostics.regime_retrieval_threshold": PROBABILITY,
+    "diagnostics.regime_agnostic_threshold": PROBABILITY,
+    "diagnostics.agnostic_power": Range(0, 1, lo_open=True),
     "diagnostics.regime_min_columns": Range(2),
     "diagnostics.regime_min_iterations": AT_LEAST_ONE,
     "validation.every": Range(-1),

@@ -30,7 +30,12 @@ RESULTS = ROOT / "studies" / "results" / "lab"
 ORDER = ("floor", "b-low", "f-low", "p", "s-low", "b-high")
 # exploratory arms (studies/lab/README.md, "Exploratory"): name -> (registered arm's config, overrides)
 STRONG = ["algorithm.entropy_coef=0.05", "algorithm.kl_coef=0.2"]
-EXPLORATORY = {"b-low-reg": ("b-low", STRONG), "f-low-reg": ("f-low", STRONG)}
+EXPLORATORY = {
+    "b-low-reg": ("b-low", STRONG),
+    "f-low-reg": ("f-low", STRONG),
+    # the regularisers alone (no task gradient), 40 iterations: degeneration, not template collapse (docs/metrics.md)
+    "reg-only": ("b-low", ["algorithm.task_coef=0", "trainer.iterations=40"]),
+}
 
 
 def _band(lo: float, hi: float) -> list[str]:

@@ -66,6 +66,17 @@ def test_diagnose_prints_a_table_and_writes_json(rollouts, tmp_path, tiny_scorer
     assert [row["scope"] for row in report["summary"]] == ["first_turn", "trajectory", "turn1", "turn2"]
     assert unknown_keys(report["metrics"]) == []
     assert report["metrics"]["diag/trajectory/pairs"] == 8.0
+    # one batch, no trend: the graded share with its interval and the replies' validity (mirl's own rollouts)
+    for text in ("agnostic share", "malformed replies", "one batch: no trend, no alarm"):
+        assert text in " ".join(printed.split())  # the console wraps the note
+    trajectory = report["summary"][1]
+    est = report["metrics"]
+    assert trajectory["agnostic_share"] == est["diag/trajectory/est/agnostic_share"]
+    assert trajectory["agnostic_share_interval"] == [
+        est["diag/trajectory/est/agnostic_share_ci_low"],
+        est["diag/trajectory/est/agnostic_share_ci_high"],
+    ]
+    assert trajectory["invalid_frac"] == est["diag/invalid_frac"] == 0.0  # grid_episodes' replies all parse
 
 
 def test_naive_mode_gives_the_same_numbers(rollouts, tmp_path, tiny_scorer):

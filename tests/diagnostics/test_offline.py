@@ -189,6 +189,9 @@ def test_diagnose_reports_catalogue_keys_and_a_summary_row_per_scope(chat_file):
     est = "diag/first_turn/est"
     assert first["mi_contrast"] == out[f"{est}/mi_contrast"]
     assert first["mi_contrast_interval"] == (out[f"{est}/mi_contrast_ci_low"], out[f"{est}/mi_contrast_ci_high"])
+    assert first["agnostic_share"] == out[f"{est}/agnostic_share"]
+    # chat replies are re-parsed, not written in mirl's reply format: their validity is not judged
+    assert "diag/invalid_frac" not in out and "invalid_frac" not in first
     again = diagnose(policy, episodes, scopes=("first_turn", "trajectory"), num_pairs=6, seed=3)
     assert {k: v for k, v in again.items() if k != "time/scoring"} == {
         k: v for k, v in out.items() if k != "time/scoring"

@@ -1,5 +1,6 @@
 """Regime calls on constructed evidence: per diagnosed iteration (columns, reasoning, temperature) and per run."""
 
+import dataclasses
 import doctest
 import math
 import subprocess
@@ -123,3 +124,18 @@ def test_copies_of_the_example():
     assert is_copy("I read the state and pick the move that helps. Down.", example)  # 1 word around it
     assert not is_copy("I read the state and pick the move that helps. The hole is left, the goal is down.", example)
     assert not is_copy("", example) and not is_copy("anything", "")
+
+
+def test_malformed_replies_read_degenerate_never_template_collapse():
+    # high H(Z|X) and no retrieval would read template collapse; 60 % malformed replies make it degeneration
+    evidence = Evidence(32, 32, 0, cond_entropy=3.0, retrieval=0.0, invalid=0.6)
+    assert call_iteration(evidence).label == "degenerate"
+    assert call_iteration(dataclasses.replace(evidence, invalid=0.1)).label == "template_collapse"
+    assert call_run(["template_collapse", "template_collapse", "degenerate", "degenerate"]).label == "degenerate"
+
+
+def test_a_majority_of_agnostic_rows_reads_low_dependence_beside_retrieval():
+    evidence = Evidence(32, 32, 0, cond_entropy=3.0, retrieval=0.2, agnostic=0.4)
+    assert call_iteration(evidence).label == "diverse_grounded"
+    low = call_iteration(dataclasses.replace(evidence, agnostic=0.5))
+    assert low.label == "template_collapse" and "agnostic share 0.50 vs 0.5" in low.reason

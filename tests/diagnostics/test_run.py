@@ -110,6 +110,7 @@ def test_scopes_with_fewer_than_two_prompts_are_undetermined(policy):
     state = DiagnosticsState()
     out = run_diagnostics(policy, one_group, config, state, generator=gen())
     assert out == {
+        "diag/invalid_frac": 0.0,  # every reply of make_turn parses
         "diag/first_turn/pairs": 3.0,
         "diag/first_turn/columns": 1.0,
         "diag/first_turn/empty_reasoning": 1.0,
@@ -239,3 +240,15 @@ def test_an_undefined_zscore_is_left_out_of_the_logged_keys():
         assert f"diag/trajectory/{family}/mi_zscore" not in out  # the log leaves it out
         assert f"diag/trajectory/{family}/mi_zscore_ema" not in out
         assert out[f"diag/trajectory/{family}/marginal_std"] == 0.0 and f"diag/trajectory/{family}/mi_estimate" in out
+
+
+def test_the_alarm_state_travels_with_the_checkpoint_and_older_states_still_load():
+    state = DiagnosticsState()
+    for share, low in ((0.2, 0.1), (0.5, 0.3), (0.6, 0.4), (0.7, 0.5)):
+        state.alarm("trajectory").update(share, low, True)
+    restored = DiagnosticsState()
+    restored.load_state_dict(state.state_dict())
+    assert restored.alarms == state.alarms and restored.alarm("trajectory").fired
+    older = DiagnosticsState()
+    older.load_state_dict({"decay": 0.9, "emas": {}})  # a checkpoint from before the alarm
+    assert older.alarms == {}

@@ -256,3 +256,26 @@ def test_any_answer_is_scored_without_raising(answer):
     _, reward, terminated, truncated, info = env.step(answer)
     assert reward in (0.0, 0.1, 1.0) and terminated and not truncated
     assert info["action_valid"] == evaluate(answer.strip()).ok
+
+
+def test_reasoning_kind_checks_each_step_against_the_given_numbers_and_exact_arithmetic():
+    env = Countdown()
+    observation, _ = env.reset(seed=3)
+    numbers = env.instance.numbers
+    a, b = numbers[0], numbers[1]
+    assert Countdown.reasoning_kind(observation, f"first {a} + {b} = {a + b} and {a + b} - {a} = {b}") == "grounded"
+    assert Countdown.reasoning_kind(observation, f"{a} + {b} = {a + b + 1}") == "other"  # wrong sum
+    assert Countdown.reasoning_kind(observation, "add them up carefully") == "template"
+    assert Countdown.reasoning_kind(observation, f"I try {a} and {b}") == "other"  # numbers, no step
+    obs = "Numbers: [12, 4, 3]\nTarget: 9"
+    assert Countdown.reasoning_kind(obs, "12 / 4 = 3, 3 x 3 = 9") == "grounded"  # exact division, x as times
+    assert Countdown.reasoning_kind(obs, "12 / 5 = 2") == "other"  # 5 not given, and 12/5 is not 2
+    assert Countdown.reasoning_kind("Correct! The expression equals 9.", "12 / 4 = 3") is None  # not the question
+
+
+def test_countdown_doctests():
+    import doctest
+
+    import mirl.envs.math.countdown as module
+
+    assert doctest.testmod(module).failed == 0

@@ -263,3 +263,56 @@ def test_compare_rows_give_the_reports_numbers_and_no_notes_about_files_they_do_
         cells = dict(zip(header, row, strict=True))
         assert cells["input dependence"] == verdict(read_run(run)).fact("input dependence").value
     assert dict(zip(header, rows[0], strict=True))["collapse onset"] == "no fall detected"
+
+def _degenerate_run(root: Path) -> Path:
+    """A 20-iteration run whose replies break down: malformed share 0.05 -> 0.9 while retrieval falls and H(Z|X)
+    rises, its iterations labelled as training labels them (degenerate from half malformed on)."""
+    import json
+
+    run = root / "degenerate"
+    run.mkdir()
+    lines = []
+    for i in range(1, 21):
+        invalid = min(0.9, 0.05 + 0.05 * i)
+        base = "diag/trajectory"
+        lines.append({
+            "iteration": i, "rollout/success": 0.1, "rollout/invalid_frac": invalid, "diag/invalid_frac": invalid,
+            "train/optimizer_steps": 1.0, f"{base}/pairs": 32.0, f"{base}/columns": 32.0,
+            f"{base}/regime": "degenerate" if invalid >= 0.5 else "template_collapse",
+            f"{base}/est/retrieval_acc": max(0.03, 0.3 - 0.02 * i), f"{base}/est/retrieval_chance": 0.03,
+            f"{base}/est/conditional_entropy": 2.7 + 0.1 * i, f"{base}/est/mi_estimate": 0.1,
+        })  # fmt: skip
+    (run / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    (run / "summary.json").write_text(json.dumps({"status": "finished", "iterations_done": 20}))
+    return run
+
+
+def test_first_lines_name_the_regime_degeneration_and_wrong_but_grounded(browser, tmp_path):
+    """The verdict strip's first line (health and regime) and its facts, in a real browser, for the committed P
+    run (template collapse), B-low (grounded), F-low seed 9 (wrong but grounded), the quickstart run, and a run
+    whose replies broke down (degenerate, never template collapse)."""
+    quickstart = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "quickstart_run"
+    sources = {name: ORGANISM / name for name in ("p_s0", "b-low_s0", "f-low_s9")} | {"quickstart": quickstart}
+    runs = {}
+    for name, source in sources.items():
+        runs[name] = tmp_path / name
+        shutil.copytree(source, runs[name])
+    runs["degenerate"] = _degenerate_run(tmp_path)
+    from PIL import Image
+
+    strips = {}
+    for name, run in runs.items():
+        page = open_page(browser, build_report(run).html_path)
+        assert page["errors"] == []
+        strips[name] = browser.execute_script("return document.getElementById('verdict').innerText;").lower()
+        shot = tmp_path / f"{name}.png"
+        shot.write_bytes(browser.get_screenshot_as_png())
+        colours = {colour for _, colour in Image.open(shot).convert("RGB").getcolors(1 << 22)}
+        assert (198, 40, 40) in colours or not strips[name].startswith("unhealthy")  # the red badge is painted
+    assert strips["p_s0"].split()[0] == "unhealthy" and "template collapse" in strips["p_s0"]
+    assert strips["b-low_s0"].split()[0] == "check" and "compressed grounded" in strips["b-low_s0"]
+    assert "wrong but grounded" in strips["f-low_s9"] and "no longer leads to success" in strips["f-low_s9"]
+    assert strips["quickstart"].split()[0] == "unhealthy" and "no reasoning" in strips["quickstart"]
+    degenerate = strips["degenerate"]
+    assert degenerate.split()[0] == "unhealthy" and "degenerate (trajectory)" in degenerate
+    assert "template collapse (trajectory)" not in degenerate and "as format validity fell" in degenerate

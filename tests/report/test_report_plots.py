@@ -64,6 +64,30 @@ def test_diagnostics_figure_has_both_scopes_and_chance_lines(make_run):
     assert notes == []
 
 
+def test_agnostic_share_is_plotted_with_its_band_the_env_share_and_the_alarm():
+    rows = []
+    for i in range(1, 7):
+        share = 0.1 * i
+        rows.append({
+            "iteration": i, "diag/trajectory/est/mi_estimate": 0.5, "diag/trajectory/est/agnostic_share": share,
+            "diag/trajectory/est/agnostic_share_ci_low": share - 0.05,
+            "diag/trajectory/est/agnostic_share_ci_high": share + 0.05,
+            "diag/trajectory/template_share": share, "diag/trajectory/grounded_share": 1 - share,
+            "diag/trajectory/alarm": float(i >= 5),
+        })  # fmt: skip
+    figure, _ = plots.diagnostics_figure(build_metrics(rows))
+    agnostic, judged = figure.axes[6], figure.axes[7]
+    assert agnostic.get_title().startswith("agnostic share")
+    assert _line_labels(agnostic) == [
+        "trajectory agnostic share",
+        "trajectory template share (env)",
+        "trajectory alarm (5)",
+    ]
+    band = agnostic.collections[0].get_paths()[0].vertices
+    assert band[:, 1].min() == pytest.approx(0.05) and band[:, 1].max() == pytest.approx(0.65)
+    assert _line_labels(judged) == ["trajectory grounded share (env)"]
+
+
 def test_diagnostics_figure_without_mi_still_shows_entropy(make_run):
     run = read_run(make_run(iterations=6, omit=("diag",)))
     figure, notes = plots.diagnostics_figure(run.metrics)

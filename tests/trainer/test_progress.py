@@ -200,3 +200,14 @@ def test_a_repeated_train_line_names_the_iteration_under_way_and_counts_down():
     assert "eta 1:30" in PlainProgress.line(task, 250.0)
     assert "eta" not in PlainProgress.line(task, 400.0)  # overdue: no estimate rather than a wrong one
     progress.remove_task(task_id)
+
+
+def test_the_progress_line_shows_the_agnostic_share_and_the_alarm_once_it_fires(tmp_path, run_config):
+    config = run_config("alarm", "logging.progress=true")
+    sinks = Sinks(tmp_path, config.logging, total=3, start=0, console=Console(file=io.StringIO()))
+    sinks.log(1, {"diag/trajectory/est/agnostic_share": 0.25, "diag/trajectory/alarm": 0.0})
+    assert "agnostic 0.25" in sinks.progress.tasks[0].fields["headline"]
+    assert "ALARM" not in sinks.progress.tasks[0].fields["headline"]
+    sinks.log(2, {"diag/trajectory/est/agnostic_share": 0.9, "diag/trajectory/alarm": 1.0})
+    assert sinks.progress.tasks[0].fields["headline"].endswith("ALARM agnostic share rising (trajectory)")
+    sinks.close()

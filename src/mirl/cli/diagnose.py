@@ -332,6 +332,11 @@ ROWS = (
     ("  chance@4", "chance@4", "{:.1%}"),
     ("H(Z|X)", "conditional_entropy", "{:.3f}"),
     ("H(Z)", "reasoning_entropy", "{:.3f}"),
+    ("agnostic share", "agnostic_share", "{:.2f}"),
+    ("  95% interval", "agnostic_share_interval", "{0[0]:.2f} to {0[1]:.2f}"),
+    ("grounded share (env)", "grounded_share", "{:.2f}"),
+    ("template share (env)", "template_share", "{:.2f}"),
+    ("malformed replies", "invalid_frac", "{:.1%}"),
     ("regime", "regime", "{}"),
     ("MI-Est Z -> answer", "za_mi_estimate", "{:.3f}"),
     ("MI-Est X -> answer", "xa_mi_estimate", "{:.3f}"),
@@ -360,6 +365,11 @@ def print_report(report: dict) -> None:
     if report.get("tokens") == "re-tokenised":
         console.print(f"input: {report['input']}")
     console.print("chance@k = min(1, k x share of columns holding the row's own prompt)")
+    if any("agnostic_share" in row for row in report["summary"]):
+        console.print(
+            "agnostic share: the estimated share of reasonings whose own score row shows no input dependence (one "
+            "batch: no trend, no alarm); a regime 'degenerate' means most replies are malformed, not template collapse"
+        )
     if any("mi_contrast" in row for row in report["summary"]):
         console.print(
             "MI contrast: MI-Est minus its mean under shuffled attributions (a test of input dependence, not an MI "

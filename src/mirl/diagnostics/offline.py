@@ -106,6 +106,8 @@ def diagnose(
     total)`` is told the tokens scored (``run_diagnostics``). ``format_reasoning``: the format example's
     reasoning, whose copies count towards ``no_reasoning`` as in training (``mirl diagnose`` passes mirl's).
     """
+    from mirl.diagnostics.formats import FORMATS
+
     config = DiagnosticsConfig(
         scopes=list(scopes), num_pairs=num_pairs, action_dependence=action_dependence, reasoning=reasoning
     )
@@ -120,6 +122,8 @@ def diagnose(
         mode=mode,
         progress=progress,
         format_reasoning=format_reasoning,
+        # another framework's replies are re-parsed with mirl's reply format, which they need not follow
+        validity=not any(episode.spec.env in FORMATS for episode in episodes),
     )
     out["time/scoring"] = time.perf_counter() - start
     return out
@@ -138,6 +142,17 @@ def summary_rows(metrics: dict[str, float | str], ks: Sequence[int] = (1, 2, 4, 
             "empty_reasoning": metrics[f"{base}/empty_reasoning"],
             "regime": metrics[f"{base}/regime"],
         }
+        if "diag/invalid_frac" in metrics:  # the replies' validity, judged in mirl's reply format only
+            row["invalid_frac"] = metrics["diag/invalid_frac"]
+        if f"{est}/agnostic_share" in metrics:
+            row["agnostic_share"] = metrics[f"{est}/agnostic_share"]
+            row["agnostic_share_interval"] = (
+                metrics[f"{est}/agnostic_share_ci_low"],
+                metrics[f"{est}/agnostic_share_ci_high"],
+            )
+        for name in ("grounded_share", "template_share"):  # the env's judgement, where it has one
+            if f"{base}/{name}" in metrics:
+                row[name] = metrics[f"{base}/{name}"]
         if f"{est}/mi_estimate" in metrics:
             for stat in ("mi_estimate", "mi_upper_bound", "mi_zscore", "conditional_entropy", "reasoning_entropy"):
                 row[stat] = metrics.get(f"{est}/{stat}", math.nan)  # an undefined z-score is left out

@@ -12,6 +12,8 @@ Per scope s (``first_turn``, ``trajectory``, and ``turn1``, ``turn2``, ... for `
 - ``diag/s/copied_reasoning``: scored pairs whose Z copies the format example (``format_reasoning``);
 - ``diag/s/entropy_temperature`` and ``diag/s/sample_temperature``: the temperature H(Z|X) is measured at
   (the scoring temperature, 1) and the one the reasonings were sampled at;
+- the graded keys of :mod:`mirl.diagnostics.graded`: ``diag/invalid_frac``, ``diag/s/est/agnostic_share`` with its
+  interval, ``diag/s/grounded_share`` / ``template_share`` where the env judges reasonings, ``diag/s/alarm``;
 - ``diag/s/regime``: :func:`mirl.diagnostics.regimes.call_iteration` on the ``est`` family, with the
   ``diagnostics.regime_*`` criteria: ``no_reasoning`` when most reasoning is empty or copied, ``undetermined``
   with too few columns or when the sampling temperature alone moves H(Z|X) across its threshold.
@@ -47,6 +49,8 @@ from dataclasses import dataclass, field
 import torch
 
 from mirl.config import DiagnosticsConfig
+from mirl.diagnostics.alarm import Alarm
+from mirl.diagnostics.graded import alarm_value, graded, invalid_frac, judged_shares
 from mirl.diagnostics.info import RegimeThresholds, ZScoreEMA, mi_proxies
 from mirl.diagnostics.null import permutation_null
 from mirl.diagnostics.reasoning import with_reasoning
@@ -72,6 +76,7 @@ class DiagnosticsState:
 
     decay: float = 0.9
     emas: dict[str, ZScoreEMA] = field(default_factory=dict)
+    alarms: dict[str, Alarm] = field(default_factory=dict)  # one per scope (graded.py)
 
     @classmethod
     def from_config(cls, config: DiagnosticsConfig) -> DiagnosticsState:
@@ -80,20 +85,30 @@ class DiagnosticsState:
     def ema(self, scope: str, family: str) -> ZScoreEMA:
         return self.emas.setdefault(f"{scope}/{family}", ZScoreEMA(decay=self.decay))
 
+    def alarm(self, scope: str) -> Alarm:
+        return self.alarms.setdefault(scope, Alarm())
+
     def state_dict(self) -> dict:
-        return {"decay": self.decay, "emas": {key: ema.state_dict() for key, ema in self.emas.items()}}
+        emas = {key: ema.state_dict() for key, ema in self.emas.items()}
+        if not self.alarms:
+            return {"decay": self.decay, "emas": emas}
+        return {"decay": self.decay, "emas": emas, "alarms": {k: a.state_dict() for k, a in self.alarms.items()}}
 
     def load_state_dict(self, state: Mapping) -> None:
-        if set(state) != {"decay", "emas"}:
+        if set(state) not in ({"decay", "emas"}, {"decay", "emas", "alarms"}):  # alarms: absent in older checkpoints
             raise ValueError(
-                f"DiagnosticsState state must have the keys ['decay', 'emas'], got {sorted(state)}; "
+                f"DiagnosticsState state must have the keys ['decay', 'emas'] (and 'alarms'), got {sorted(state)}; "
                 "pass a dict made by DiagnosticsState.state_dict()"
             )
         emas = {}
         for key, ema_state in state["emas"].items():
             emas[key] = ZScoreEMA()
             emas[key].load_state_dict(ema_state)
-        self.decay, self.emas = float(state["decay"]), emas
+        alarms = {}
+        for key, alarm_state in state.get("alarms", {}).items():
+            alarms[key] = Alarm()
+            alarms[key].load_state_dict(alarm_state)
+        self.decay, self.emas, self.alarms = float(state["decay"]), emas, alarms
 
 
 def is_scheduled(iteration: int, every: int) -> bool:
@@ -144,6 +159,7 @@ def run_diagnostics(
     progress: Callable[[int, int], None] | None = None,
     sample_temperature: float = SCORING_TEMPERATURE,
     format_reasoning: str | None = None,
+    validity: bool = True,
 ) -> dict[str, float | str]:
     """MI proxies of every configured scope (module docstring for the keys); updates ``state``'s EMAs.
 
@@ -159,6 +175,8 @@ def run_diagnostics(
         sample_temperature: the temperature the episodes were sampled at (``rollout.temperature``).
         format_reasoning: the reasoning of the prompt's format example, when the prompt shows one; pairs whose
             reasoning copies it are counted (``copied_reasoning``) and weigh towards ``no_reasoning``.
+        validity: whether the turns' ``format_valid`` flags judge the replies (mirl's reply format); False for
+            replies re-parsed from a framework with another format: no ``diag/invalid_frac``, never ``degenerate``.
     """
     thresholds = RegimeThresholds(entropy=config.regime_entropy_threshold)  # action dependence: MI-based labels
     out: dict[str, float | str] = {}
@@ -176,12 +194,21 @@ def run_diagnostics(
     planned += sum(grid_tokens(*grid, mode) for grids in actions for grid in (grids.za, grids.xa) if grid)
     scoring = Scoring(mode, progress, planned)
     criteria = _criteria(config)
+    invalid = invalid_frac(episodes) if validity else None
+    if invalid is not None:
+        out["diag/invalid_frac"] = invalid
+    valid = invalid is None or invalid < criteria.max_invalid
     for pair_set in pair_sets:
         scope = pair_set.scope
         copied = _copies(pair_set, episodes, format_reasoning)
-        out.update(_counts(pair_set, copied, sample_temperature))
+        out.update(_counts(pair_set, copied, sample_temperature) | judged_shares(pair_set, episodes))
         evidence = Evidence(
-            len(pair_set.pairs), len(pair_set.columns), pair_set.empty_reasoning, copied, prompts=pair_set.num_prompts
+            len(pair_set.pairs),
+            len(pair_set.columns),
+            pair_set.empty_reasoning,
+            copied,
+            prompts=pair_set.num_prompts,
+            invalid=invalid,
         )
         if not any(pair_set is ps for ps in ready):
             out[f"diag/{scope}/regime"] = call_iteration(evidence, criteria).label
@@ -196,10 +223,13 @@ def run_diagnostics(
         )
         scores = _Scores(*matrices, pair_set.true_col, pair_set.col_group)
         est = _family(out, scope, "", scores, config, state)
+        out.update(graded(scope, est, len(pair_set.pairs), config.agnostic_power))
+        out[f"diag/{scope}/alarm"] = alarm_value(state.alarm(scope), out, scope, valid)
         # input dependence: retrieval above chance, null-corrected when the permutation null ran (regimes.py)
         retrieval = out.get(f"diag/{scope}/est/retrieval_above_chance_corrected", est["retrieval_above_chance"])
         measured = {"cond_entropy": est["conditional_entropy"], "retrieval": retrieval, "mi": est["mi_estimate"]}
-        evidence = dataclasses.replace(evidence, **measured, sample_temperature=sample_temperature)
+        agnostic = out.get(f"diag/{scope}/est/agnostic_share")
+        evidence = dataclasses.replace(evidence, **measured, agnostic=agnostic, sample_temperature=sample_temperature)
         out[f"diag/{scope}/regime"] = call_iteration(evidence, criteria).label
         if config.action_dependence:
             grids = actions[next(i for i, ps in enumerate(ready) if ps is pair_set)]
@@ -244,6 +274,7 @@ def _criteria(config: DiagnosticsConfig) -> Criteria:
     return Criteria(
         entropy=config.regime_entropy_threshold,
         retrieval=config.regime_retrieval_threshold,
+        agnostic=config.regime_agnostic_threshold,
         min_columns=config.regime_min_columns,
         min_iterations=config.regime_min_iterations,
     )

@@ -24,7 +24,16 @@ from mirl.report.plots import draw, empty_panel, finish, new_figure, png_bytes
 from mirl.report.rundir import RunData, read_run
 from mirl.report.verdict import verdict
 
-VERDICT_COLUMNS = ("success", "validation", "input dependence", "regime", "collapse onset", "kept share")
+VERDICT_COLUMNS = (
+    "success",
+    "validation",
+    "input dependence",
+    "regime",
+    "collapse onset",
+    "reasoning",  # wrong-but-grounded, when it stands
+    "alarm",  # the graded agnostic share: where the alarm fired, or its latest value
+    "kept share",
+)
 
 
 def headline(scope: str = "trajectory", family: str = "est") -> tuple[tuple[str, str, str, str], ...]:

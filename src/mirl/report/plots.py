@@ -242,7 +242,8 @@ def diagnostics_figure(metrics: Metrics, family: str = "est") -> tuple[Figure | 
     if not names and entropy is None:
         return None, [f"no diag/<scope>/{family}/... keys and no train/entropy logged"]
     notes = [] if names else [f"no MI diagnostics (diag/<scope>/{family}/...) logged"]
-    figure, axes = new_figure(3, 2, 11, 9)
+    graded = family == "est" and any(metrics.get(f"diag/{scope}/est/agnostic_share") for scope in names)
+    figure, axes = new_figure(4 if graded else 3, 2, 11, 12 if graded else 9)
     unit = "nats/token" if family.endswith("est") else "nats/sequence"
     left = (
         ("mi_estimate", f"MI-Est  I(X;Z)  [{family}]", unit),
@@ -265,15 +266,52 @@ def diagnostics_figure(metrics: Metrics, family: str = "est") -> tuple[Figure | 
         ("conditional_entropy", f"H(Z|X) conditional entropy  [{family}]"),
         ("reasoning_entropy", f"H(Z) reasoning entropy  [{family}]"),
     )
-    for ax, (stat, title) in zip(axes[1:, 1], right, strict=True):
+    for ax, (stat, title) in zip(axes[1:3, 1], right, strict=True):
         if not _scope_panel(ax, metrics, names, family, stat):
             empty_panel(ax, f"no {stat} logged")
         finish(ax, title, unit, y_range="zero")
     for index, scope in enumerate(names if family == "est" else ()):  # the onset rule reads the est family
         for ax in (axes[2, 0], axes[1, 1]):  # retrieval, H(Z|X)
             mark_onset(ax, metrics, scope, f"C{index}")
+    if graded:
+        _agnostic_panel(axes[3, 0], metrics, names)
+        _judged_panel(axes[3, 1], metrics, names)
     align_x(axes, metrics)
     return figure, notes
+
+
+def _agnostic_panel(ax: Axes, metrics: Metrics, names: list[str]) -> None:
+    """The agnostic share per scope with its 95 % band, the env's template share of the scored pairs dashed
+    beside it where the env judges reasonings, and where the alarm first fired."""
+    for index, scope in enumerate(names):
+        est, color, name = f"diag/{scope}/est", f"C{index}", scope.replace("_", "-")
+        share = metrics.get(f"{est}/agnostic_share")
+        if share is None:
+            continue
+        draw(ax, share, f"{name} agnostic share", color=color, markers=True)
+        low, high = metrics.get(f"{est}/agnostic_share_ci_low"), metrics.get(f"{est}/agnostic_share_ci_high")
+        if low is not None and high is not None and len(low.values) == len(high.values):
+            ax.fill_between(low.iterations, low.values, high.values, color=color, alpha=0.15, linewidth=0,
+                            label=f"{name} 95 %")  # fmt: skip
+        template = metrics.get(f"diag/{scope}/template_share")
+        if template is not None:
+            draw(ax, template, f"{name} template share (env)", color=color, style="--")
+        alarm = metrics.get(f"diag/{scope}/alarm")
+        if alarm is not None and (alarm.values > 0).any():
+            at = alarm.iterations[int(np.argmax(alarm.values > 0))]
+            ax.axvline(at, color=color, linestyle=":", label=f"{name} alarm ({at})")
+    finish(ax, "agnostic share: reasonings without input dependence  [est]", "fraction", y_range="unit")
+
+
+def _judged_panel(ax: Axes, metrics: Metrics, names: list[str]) -> None:
+    """The env's own judgement of the scored reasonings (grounded share) beside raw MI-Est, when logged."""
+    for index, scope in enumerate(names):
+        grounded = metrics.get(f"diag/{scope}/grounded_share")
+        if grounded is not None:
+            draw(ax, grounded, f"{scope.replace('_', '-')} grounded share (env)", color=f"C{index}", markers=True)
+    if not ax.lines:
+        empty_panel(ax, "the env does not judge reasonings (no reasoning_kind)")
+    finish(ax, "grounded share of the scored reasonings (env's judgement)", "fraction", y_range="unit")
 
 
 def _lines(ax: Axes, metrics: Metrics, keys: tuple[tuple[str, str], ...]) -> list[str]:

@@ -16,14 +16,19 @@ The verdict is a health word and a few facts, each with the evidence behind it (
 - regime: :func:`mirl.diagnostics.regimes.call_run` over the scope's per-iteration labels, with the latest
   H(Z|X) and retrieval above chance against their thresholds and a plain-language reading;
 - collapse onset: the first iteration at which the scope's retrieval accuracy fell beyond its noise, and whether
-  H(Z|X) stayed up there (template collapse) or fell with it (:mod:`mirl.report.onset`); absent when it never fell;
+  H(Z|X) stayed up there (template collapse) or fell with it (:mod:`mirl.report.onset`), or format validity fell
+  with it (degeneration, not template collapse); absent when it never fell;
+- reasoning: wrong-but-grounded, when success fell beyond its noise while the regime still reads grounded
+  (:mod:`mirl.report.graded`);
+- alarm: where the collapse alarm (:mod:`mirl.diagnostics.alarm`) first fired, when it did;
 - kept share: the filter's mean kept fraction and the iterations that kept nothing;
 - notes: what the trainer said about the machine (a busy machine sampling slowly, :mod:`mirl.trainer.pace`),
   shown beside the verdict and never setting the health word: it tells why a run took long, not how it learned.
 
-Health: ``unhealthy`` when the run crashed, never updated, or its regime is a collapse or has no reasoning to
-judge; ``check`` when any warning stands, input dependence is not above chance, or a collapse onset with H(Z|X)
-held was found; ``healthy`` otherwise; ``no data`` before the first logged iteration.
+Health: ``unhealthy`` when the run crashed, never updated, or its regime is a collapse, degenerate or has no
+reasoning to judge; ``check`` when any warning stands, input dependence is not above chance, a collapse onset with
+H(Z|X) held was found, the reasoning is wrong-but-grounded or the alarm fired; ``healthy`` otherwise; ``no data``
+before the first logged iteration.
 """
 
 from __future__ import annotations
@@ -34,7 +39,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mirl.diagnostics.regimes import COLLAPSES, NO_REASONING, READINGS, SCORING_TEMPERATURE, Criteria, call_run
+from mirl.diagnostics.regimes import (
+    COLLAPSES,
+    DEGENERATE,
+    NO_REASONING,
+    READINGS,
+    SCORING_TEMPERATURE,
+    Criteria,
+    call_run,
+)
+from mirl.report.graded import alarm_fact, validity_fell, wrong_but_grounded
 from mirl.report.onset import Z_FALL, onset_of
 from mirl.report.overview import iterations_done, iterations_planned
 from mirl.report.plots import SCOPE_ORDER
@@ -191,6 +205,7 @@ def criteria(run: RunData) -> Criteria:
     return Criteria(
         entropy=setting("entropy_threshold", defaults.entropy, float),
         retrieval=setting("retrieval_threshold", defaults.retrieval, float),
+        agnostic=setting("agnostic_threshold", defaults.agnostic, float),
         min_columns=setting("min_columns", defaults.min_columns, int),
         min_iterations=max(1, setting("min_iterations", defaults.min_iterations, int)),
     )
@@ -223,7 +238,11 @@ def regime_fact(run: RunData, scope: str, rules: Criteria) -> tuple[Fact, str, s
             f"latest H(Z|X) {fmt(entropy.last)} nats/token ({at}) vs {rules.entropy:g}; "
             f"retrieval above chance {excess(dependence.last)}{which} vs {rules.retrieval:g}"
         )
-    tone = "bad" if call.label in (*COLLAPSES, NO_REASONING) else ("plain" if call.label == "undetermined" else "ok")
+    invalid = run.metrics.get("diag/invalid_frac") or run.metrics.get("rollout/invalid_frac")
+    if call.label == DEGENERATE and invalid is not None:
+        evidence.append(f"malformed replies {fmt(float(invalid.values[0]))} -> {fmt(invalid.last)} of turns")
+    unhealthy = (*COLLAPSES, NO_REASONING, DEGENERATE)
+    tone = "bad" if call.label in unhealthy else ("plain" if call.label == "undetermined" else "ok")
     detail = f"{READINGS[call.label]} ({'; '.join(evidence)})"
     return (
         Fact("regime", f"{call.label.replace('_', ' ')} ({scope.replace('_', '-')})", detail, tone),
@@ -247,6 +266,9 @@ def onset_fact(metrics: Metrics, scope: str, rules: Criteria) -> Fact | None:
         f"{scope.replace('_', '-')} scope"
     )
     fell = f"input dependence fell at iteration {at} (retrieval {r_before:.2f} -> {r_after:.2f})"
+    validity = validity_fell(metrics, at)
+    if validity is not None:  # template collapse needs valid replies: this is the output breaking down
+        return Fact("collapse onset", f"{fell} as format validity fell ({validity}): degeneration", detail, "warn")
     if not found.entropy_held:
         return Fact("collapse onset", f"input dependence and H(Z|X) fell together at iteration {at}", detail, "warn")
     if h_after < rules.entropy:
@@ -346,6 +368,7 @@ def verdict(run: RunData) -> Verdict:
         rules = criteria(run)
         fact, label, why = regime_fact(run, scope, rules)
         facts += [fact] + [f for f in (onset_fact(metrics, scope, rules),) if f]
+        facts += [f for f in (wrong_but_grounded(metrics, scope, label), alarm_fact(metrics, scope)) if f]
         warnings += [why] if why.startswith("too few") else []
     else:
         warnings.append("no MI diagnostics logged: input dependence and regime unknown")
@@ -371,8 +394,8 @@ def success_trends(run: RunData, status: str) -> tuple[Fact | None, Fact | None]
 
 
 def _health(status: str, no_update: bool, label: str, facts: list[Fact], warnings: list[str]) -> str:
-    if status == "crashed" or no_update or label in (*COLLAPSES, NO_REASONING):
+    if status == "crashed" or no_update or label in (*COLLAPSES, NO_REASONING, DEGENERATE):
         return "unhealthy"
     dependent = any(f.label == "input dependence" and f.tone == "ok" for f in facts)
-    onset = any(f.label == "collapse onset" and f.tone == "bad" for f in facts)
-    return "check" if warnings or not dependent or onset else "healthy"
+    flagged = any(f.label in ("collapse onset", "reasoning", "alarm") and f.tone == "bad" for f in facts)
+    return "check" if warnings or not dependent or flagged else "healthy"

@@ -25,6 +25,7 @@ HEADLINE = (
     ("rollout/return_mean", "return"),
     ("diag/trajectory/est/mi_estimate", "MI"),
     ("diag/trajectory/est/retrieval_acc", "ret-acc"),
+    ("diag/trajectory/est/agnostic_share", "agnostic"),
     ("filter/kept_ratio", "kept"),
     ("val/success", "val"),
 )
@@ -94,6 +95,9 @@ class Sinks:
             headline = "  ".join(
                 f"{label} {self.latest[key]:.3g}" for key, label in HEADLINE if _finite_number(self.latest.get(key))
             )
+            fired = [k.split("/")[1] for k, v in self.latest.items() if k.endswith("/alarm") and v == 1.0]
+            if fired:  # the collapse alarm (mirl.diagnostics.alarm): the agnostic share rose beyond its noise
+                headline += "  ALARM agnostic share rising (" + ", ".join(sorted(fired)) + ")"
             self.progress.update(self.task, completed=iteration, headline=headline)
 
     @contextmanager

@@ -15,6 +15,11 @@ Reward:
     equals the target (``success``). These are the reference's values; its ``eval`` is replaced by the
     evaluator.
 
+Reasoning kind (``Countdown.reasoning_kind``, the scorer-free judgement the diagnostics show beside MI):
+    ``grounded`` when the reasoning writes at least one step ``a op b = c`` and every such step is exact
+    arithmetic on operands that are given numbers or results of earlier steps; ``template`` when it holds no
+    digit; ``other`` otherwise. None for an observation that is not the question.
+
 Termination:
     ``terminated=True`` after the first answer, parsed or not (one answer per episode); ``truncated`` is
     always False. A step after termination is illegal: reward 0, ``action_valid=False``, state unchanged.
@@ -41,6 +46,7 @@ Arguments:
 from __future__ import annotations
 
 import operator
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -56,6 +62,9 @@ from mirl.envs.registry import register
 MODES = ("plus_minus", "all_ops")
 HF_DATASET = "Jiayi-Pan/Countdown-Tasks-3to4"
 MAX_TARGET = 999  # all_ops targets lie in [1, MAX_TARGET]
+_STEP = re.compile(r"(\d{1,6})\s*([-+*/x\u00d7])\s*(\d{1,6})\s*=\s*(\d{1,7})")  # a op b = c, x and × as *
+_QUESTION = re.compile(r"Numbers: \[([\d, ]*)\]\nTarget: (\d+)")
+_STEP_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "x": operator.mul, "\u00d7": operator.mul}
 _MAX_DRAWS = 10_000  # candidates per reset before giving up (a few suffice in practice)
 _OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
 
@@ -218,3 +227,32 @@ class Countdown(TextEnv):
 
     def render(self) -> str:
         return self._observation
+
+    @staticmethod
+    def reasoning_kind(observation: str, reasoning: str) -> str | None:
+        """Scorer-free judgement of a reasoning (module docstring, "Reasoning kind"); None off the question.
+
+        >>> obs = "Numbers: [3, 5, 2]\\nTarget: 16"
+        >>> steps = ("3 + 5 = 8, 8 * 2 = 16", "let me think", "3 + 5 = 9", "7 * 2 = 14")
+        >>> [Countdown.reasoning_kind(obs, z) for z in steps]
+        ['grounded', 'template', 'other', 'other']
+        """
+        question = _QUESTION.fullmatch(observation.strip())
+        if question is None:
+            return None
+        if not any(ch.isdigit() for ch in reasoning):
+            return "template"
+        known = {Fraction(int(n)) for n in question.group(1).replace(",", " ").split()}
+        steps = _STEP.findall(reasoning)
+        for left, op, right, result in steps:
+            a, b, c = Fraction(int(left)), Fraction(int(right)), Fraction(int(result))
+            if a not in known or b not in known:
+                return "other"
+            if op == "/":
+                exact = b != 0 and a / b == c
+            else:
+                exact = _STEP_OPS[op](a, b) == c
+            if not exact:
+                return "other"
+            known.add(c)
+        return "grounded" if steps else "other"
