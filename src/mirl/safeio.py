@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import functools
 import json
+import math
 import os
 import re
 import stat
@@ -188,7 +189,8 @@ def parse_json(text: str | bytes, *, constants: bool = True) -> Any:
     :data:`MAX_INT_DIGITS` digits raises :class:`WideIntegerError` (Python's own limit is 4,300 digits, and a
     400-digit integer already overflows every float the readers compare it with); deep nesting raises
     ``RecursionError``; anything else not JSON ``json.JSONDecodeError``. With ``constants=False`` the literals
-    ``NaN``, ``Infinity`` and ``-Infinity`` (which Python accepts and JSON does not) raise ``ValueError`` too.
+    ``NaN``, ``Infinity`` and ``-Infinity`` (which Python accepts and JSON does not), and a number that overflows a
+    float (``1e400``, which Python reads as infinity), raise ``ValueError`` too.
 
     >>> parse_json('{"iteration": 3, "x": 1e999}')
     {'iteration': 3, 'x': inf}
@@ -200,11 +202,18 @@ def parse_json(text: str | bytes, *, constants: bool = True) -> Any:
     """
     if constants:
         return json.loads(text, parse_int=_bounded_int)
-    return json.loads(text, parse_int=_bounded_int, parse_constant=_no_constant)
+    return json.loads(text, parse_int=_bounded_int, parse_constant=_no_constant, parse_float=_finite_float)
 
 
 def _no_constant(name: str):
     raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400: a literal that overflows is an infinity by another spelling
+        raise ValueError(f"{text[:40]} overflows a float")
+    return value
 
 
 def read_json(path: str | os.PathLike, limit: int = MAX_JSON_BYTES) -> Any:
