@@ -47,13 +47,21 @@ def _fsync_dir(path: Path) -> None:
 def save_checkpoint(directory: Path, iteration: int, state: dict, *, keep: int) -> Path:
     ensure_dir(directory)
     remove_incomplete(directory)
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=directory))
-    with open(tmp / "state.pt", "wb") as handle:
-        torch.save(state, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    _fsync_dir(tmp)
     final = directory / f"iteration_{iteration:06d}"
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=directory))
+    try:
+        with open(tmp / "state.pt", "wb") as handle:
+            torch.save(state, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        _fsync_dir(tmp)
+    except OSError as error:  # a full disk: the write goes to an open handle, so the error names no file
+        shutil.rmtree(tmp, ignore_errors=True)  # the partial write's space is free again
+        raise OSError(
+            error.errno,
+            f"{error.strerror or error} while writing checkpoint {final.name} in {directory}; free space there "
+            "(trainer.keep_checkpoints sets how many the run keeps) and resume the run",
+        ) from error
     if final.is_symlink():  # a planted link is removed, never followed
         final.unlink()
     elif final.exists():
