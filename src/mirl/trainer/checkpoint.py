@@ -50,11 +50,14 @@ def save_checkpoint(directory: Path, iteration: int, state: dict, *, keep: int) 
         tmp = _temp_dir(folder)
         try:
             _write_state(folder, tmp, state)
-        except OSError as error:  # a full disk: the write goes to an open handle, so the error names no file
+        except (OSError, RuntimeError) as error:
             shutil.rmtree(tmp, dir_fd=folder, ignore_errors=True)  # the partial write's space is free again
+            cause = _os_error(error)
+            if cause is None:
+                raise
             raise OSError(
-                error.errno,
-                f"{error.strerror or error} while writing checkpoint {final.name} in {directory}; free space there "
+                cause.errno,
+                f"{cause.strerror or cause} while writing checkpoint {final.name} in {directory}; free space there "
                 "(trainer.keep_checkpoints sets how many the run keeps) and resume the run",
             ) from error
         if _is_link(final.name, folder):  # a planted link is removed, never followed
@@ -68,6 +71,18 @@ def save_checkpoint(directory: Path, iteration: int, state: dict, *, keep: int) 
     finally:
         os.close(folder)
     return final
+
+
+def _os_error(error: BaseException) -> OSError | None:
+    """The ``OSError`` behind a failed write. A full disk names no file (the write goes to an open handle), and
+    torch's zip writer then replaces the ``OSError`` with its own ``RuntimeError`` ("[enforce fail at
+    inline_container.cc] unexpected pos") while closing the half-written archive: the disk error is its context."""
+    seen = 0
+    while error is not None and seen < 8:
+        if isinstance(error, OSError):
+            return error
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return None
 
 
 def _temp_dir(folder: int) -> str:
