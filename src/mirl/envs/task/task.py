@@ -203,8 +203,9 @@ class Task:
             raise  # the env ends the episode (TaskEnv.step)
         except deadline.TooManyOverdue as error:
             raise TaskError(
-                f"{error.count} calls of the {kind} function are still running past their {self.timeout_s:g} s "
-                f"deadline; refusing to call it again on {where}: make it return (or raise Task(timeout_s=...))"
+                f"{error.count} calls of task {self.name!r}'s {kind} function are still running past their "
+                f"{self.timeout_s:g} s deadline; refusing to call it again on {where}: make it return (or raise "
+                "Task(timeout_s=...))"
             ) from None
         except (Exception, SystemExit) as error:  # sys.exit() in a reward is its error, not the process's end
             raise TaskError(
