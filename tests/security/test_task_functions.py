@@ -129,7 +129,7 @@ def test_a_function_that_keeps_hanging_stops_the_run_after_a_few_overdue_calls(r
             assert env.step("4")[4]["end_reason"] == TIMEOUT_REASON
     env = task.make()
     prompt, _ = env.reset(seed=1)
-    with pytest.raises(TaskError, match=f"{MAX_OVERDUE} calls of task 'task's reward function") as caught:
+    with pytest.raises(TaskError, match=f"{MAX_OVERDUE} calls of the reward function of task 'task'") as caught:
         env.step("4")
     assert prompt in str(caught.value)
     release.set()  # the hung calls return: the task may be called again

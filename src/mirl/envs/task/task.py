@@ -203,7 +203,7 @@ class Task:
             raise  # the env ends the episode (TaskEnv.step)
         except deadline.TooManyOverdue as error:
             raise TaskError(
-                f"{error.count} calls of task {self.name!r}'s {kind} function are still running past their "
+                f"{error.count} calls of the {kind} function of task {self.name!r} are still running past their "
                 f"{self.timeout_s:g} s deadline; refusing to call it again on {where}: make it return (or raise "
                 "Task(timeout_s=...))"
             ) from None
