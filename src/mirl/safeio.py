@@ -4,7 +4,10 @@ Writes (``config.yaml``, ``summary.json``, ``report.html``, PNGs, rollouts, ``--
 temporary file in the destination directory (created exclusively, so a planted name cannot redirect it), are
 fsynced, then renamed over the destination. ``rename`` replaces a symbolic link planted at the destination
 instead of writing through it, and a reader sees the old file or the new one, never half of one. Appends
-(``metrics.jsonl``, ``groups.jsonl``) open with ``O_NOFOLLOW`` and refuse anything but a regular file.
+(``metrics.jsonl``, ``groups.jsonl``) open with ``O_NOFOLLOW`` and refuse anything but a regular file. Each write
+first opens its folder once without following links, every folder from the one the user named down
+(:func:`open_dir`), and creates, renames and appends relative to that descriptor: a folder swapped for a link
+mid-write never receives the file.
 
 Reads are bounded. A run directory may come from someone else, so every file is read with a size limit, YAML
 with a node limit that counts aliases *expanded* (a 400-byte "billion laughs" file expands to millions of
@@ -14,13 +17,15 @@ Nothing read here is ever unpickled or executed.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import json
+import math
 import os
 import re
+import secrets
 import stat
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -53,42 +58,104 @@ class MalformedFileError(RunDirError):
 # ----------------------------------------------------------------------------------------------------- writes
 
 
-def ensure_dir(path: Path) -> Path:
-    """Create directory ``path`` (and parents); refuse when ``path`` itself is a symbolic link."""
-    path = Path(path)
-    if path.is_symlink():
-        raise RunDirError(
-            f"{path} is a symbolic link; mirl never writes through links. Remove it (rm {path}) and run again"
-        )
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+def ensure_dir(path: str | os.PathLike, root: str | os.PathLike | None = None) -> Path:
+    """Create directory ``path`` (and parents); refuse when ``path``, or any folder from ``root`` down to it, is a
+    symbolic link (:func:`open_dir`)."""
+    os.close(open_dir(path, root, create=True))
+    return Path(path)
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes, mode: int = 0o644) -> Path:
-    """Write ``data`` to a fresh temporary file beside ``path``, fsync it, then rename it over ``path``.
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
-    A link planted at ``path`` is replaced, never followed; a crash leaves ``path`` untouched and at most a
-    ``.<name>.*.tmp`` file that :func:`remove_stale_tmp` deletes.
+
+def open_dir(path: str | os.PathLike, root: str | os.PathLike | None = None, *, create: bool = False) -> int:
+    """A descriptor of directory ``path``, opened without following a link at ``root`` (the folder the user named;
+    default ``path`` itself) or at any folder between ``root`` and ``path``: :class:`RunDirError` for a link. Above
+    ``root``, links are the user's own and followed. With ``create``, missing folders are made on the way.
+
+    A write then creates, renames and appends relative to the descriptor (``dir_fd``), so it stays in the folder it
+    opened even if a link is swapped in for that folder meanwhile (``mv out out.old; ln -s elsewhere out``: the
+    files go to ``out.old``). The caller closes the descriptor.
     """
     path = Path(path)
-    parent = path.parent
-    parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=parent)
+    root = path if root is None else Path(root)
+    below = path.relative_to(root).parts
+    if create:
+        root.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = _open_dir_entry(root, None, root, create)
     try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp_name, mode & ~_umask())
-        os.replace(temp_name, path)
+        for depth, part in enumerate(below, start=1):
+            inner = _open_dir_entry(part, descriptor, root.joinpath(*below[:depth]), create)
+            os.close(descriptor)
+            descriptor = inner
     except BaseException:
-        Path(temp_name).unlink(missing_ok=True)
+        os.close(descriptor)
         raise
+    return descriptor
+
+
+def _open_dir_entry(name: str | Path, parent: int | None, shown: Path, create: bool) -> int:
+    if create:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, 0o777, dir_fd=parent)
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=parent)
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(name, parent):
+            raise RunDirError(
+                f"{shown} is a symbolic link; mirl never writes through links. Remove it (rm {shown}) and run again"
+            ) from None
+        raise
+
+
+def _is_link(name: str | Path, parent: int | None) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def atomic_write_bytes(
+    path: str | os.PathLike, data: bytes, mode: int = 0o644, *, root: str | os.PathLike | None = None
+) -> Path:
+    """Write ``data`` to a fresh temporary file beside ``path``, fsync it, then rename it over ``path``.
+
+    The folder is opened once without following links (:func:`open_dir`, from ``root`` down: default the folder of
+    ``path``) and everything happens relative to it. A link planted at ``path`` is replaced, never followed; a
+    crash leaves ``path`` untouched and at most a ``.<name>.*.tmp`` file that :func:`remove_stale_tmp` deletes.
+    """
+    path = Path(path)
+    directory = open_dir(path.parent, root, create=True)
+    try:
+        descriptor, temp = _create_temp(directory, path.name)
+        try:
+            with os.fdopen(descriptor, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+                os.fchmod(handle.fileno(), mode & ~_umask())
+            os.replace(temp, path.name, src_dir_fd=directory, dst_dir_fd=directory)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp, dir_fd=directory)
+            raise
+    finally:
+        os.close(directory)
     return path
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    return atomic_write_bytes(path, text.encode("utf-8"))
+def _create_temp(directory: int, name: str) -> tuple[int, str]:
+    """A new file ``.<name>.<random>.tmp`` in ``directory``, created exclusively (a planted name is never opened)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(100):
+        temp = f".{name}.{secrets.token_hex(4)}{TMP_SUFFIX}"
+        with contextlib.suppress(FileExistsError):
+            return os.open(temp, flags, 0o600, dir_fd=directory), temp
+    raise FileExistsError(f"no free temporary name for {name} after 100 tries")
+
+
+def atomic_write_text(path: str | os.PathLike, text: str, *, root: str | os.PathLike | None = None) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"), root=root)
 
 
 def _umask() -> int:
@@ -103,17 +170,21 @@ def append_line(path: str | os.PathLike, line: str) -> None:
 
 
 def append_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Append ``data`` in one write and fsync; refuse a link or a non-regular file at ``path``."""
+    """Append ``data`` in one write and fsync; refuse a link or a non-regular file at ``path``, and a link at its
+    folder (opened once without following links, :func:`open_dir`)."""
     path = Path(path)
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    directory = open_dir(path.parent)
     try:
-        descriptor = os.open(path, flags, 0o644)
+        descriptor = os.open(path.name, flags, 0o644, dir_fd=directory)
     except OSError as error:
-        if path.is_symlink():
+        if _is_link(path.name, directory):
             raise RunDirError(
                 f"{path} is a symbolic link; mirl never writes through links. Remove it (rm {path}) and resume"
             ) from None
         raise error
+    finally:
+        os.close(directory)
     try:
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):
             raise RunDirError(f"{path} is not a regular file; remove it and resume")
@@ -193,7 +264,8 @@ def parse_json(text: str | bytes, *, constants: bool = True) -> Any:
     :data:`MAX_INT_DIGITS` digits raises :class:`WideIntegerError` (Python's own limit is 4,300 digits, and a
     400-digit integer already overflows every float the readers compare it with); deep nesting raises
     ``RecursionError``; anything else not JSON ``json.JSONDecodeError``. With ``constants=False`` the literals
-    ``NaN``, ``Infinity`` and ``-Infinity`` (which Python accepts and JSON does not) raise ``ValueError`` too.
+    ``NaN``, ``Infinity`` and ``-Infinity`` (which Python accepts and JSON does not), and a number that overflows a
+    float (``1e400``, which Python reads as infinity), raise ``ValueError`` too.
 
     >>> parse_json('{"iteration": 3, "x": 1e999}')
     {'iteration': 3, 'x': inf}
@@ -205,11 +277,18 @@ def parse_json(text: str | bytes, *, constants: bool = True) -> Any:
     """
     if constants:
         return json.loads(text, parse_int=_bounded_int)
-    return json.loads(text, parse_int=_bounded_int, parse_constant=_no_constant)
+    return json.loads(text, parse_int=_bounded_int, parse_constant=_no_constant, parse_float=_finite_float)
 
 
 def _no_constant(name: str):
     raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400: a literal that overflows is an infinity by another spelling
+        raise ValueError(f"{text[:40]} overflows a float")
+    return value
 
 
 def read_json(path: str | os.PathLike, limit: int = MAX_JSON_BYTES) -> Any:

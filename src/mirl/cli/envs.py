@@ -218,10 +218,11 @@ class ImageFiles:
         images, shown = observation_images(observation, info), observation
         if images and self.default_root is not None:
             ensure_dir(self.default_root)  # refuses a planted link at mirl-play/ as well as at its subdirectory
+        root = self.default_root or self.directory  # the folder the user named (or mirl-play/): no link from it down
         for number, image in enumerate(images, start=1):
             suffix = f"_{number}" if number > 1 else ""
-            path = ensure_dir(self.directory) / f"step_{self.step:03d}{suffix}.png"
-            atomic_write_bytes(path, png_bytes(image))
+            path = ensure_dir(self.directory, root) / f"step_{self.step:03d}{suffix}.png"
+            atomic_write_bytes(path, png_bytes(image), root=root)
             shown = shown.replace(IMAGE_PLACEHOLDER, f"[image: {path}]", 1)
         self.step += 1
         return shown

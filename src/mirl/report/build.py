@@ -244,8 +244,8 @@ def write_page(out: Path, page: str, sections: Sequence[Section]) -> tuple[Path,
     png_dir = out.parent / out.stem
     images = [image for section in sections for image in section.images]
     if images:
-        ensure_dir(png_dir)
-    paths = tuple(atomic_write_bytes(png_dir / f"{image.name}.png", image.png) for image in images)
+        ensure_dir(png_dir, out.parent)
+    paths = tuple(atomic_write_bytes(png_dir / f"{image.name}.png", image.png, root=out.parent) for image in images)
     atomic_write_text(out, page)
     return paths
 

@@ -146,23 +146,24 @@ def write_episodes(path: str | os.PathLike, episodes: Iterable[Episode], *, iter
     lines = "".join(
         json.dumps(episode_to_record(episode, iteration=iteration), ensure_ascii=False) + "\n" for episode in episodes
     )
-    write_images(path.parent / IMAGES_DIR, episodes)
+    write_images(path.parent / IMAGES_DIR, episodes, root=path.parent)
     existing = b"" if path.is_symlink() or not path.exists() else read_bytes(path, MAX_ROLLOUT_FILE_BYTES)
     return atomic_write_bytes(path, existing + lines.encode("utf-8"))
 
 
-def write_images(directory: Path, episodes: Iterable[Episode]) -> int:
-    """Write each image of the episodes' turns once as ``directory/<id>.png``; returns how many were new."""
+def write_images(directory: Path, episodes: Iterable[Episode], root: Path | None = None) -> int:
+    """Write each image of the episodes' turns once as ``directory/<id>.png``; returns how many were new. No folder
+    from ``root`` (the run's folder; default ``directory``) down may be a link (:func:`mirl.safeio.open_dir`)."""
     images = {place.image.id: place.image for e in episodes for turn in e.turns for place in turn.images}
     if not images:
         return 0
-    ensure_dir(directory)  # refuses a link planted at the folder
+    ensure_dir(directory, root)  # refuses a link planted at the folder or above it, up to root
     written = 0
     for image, inputs in images.items():
         target = directory / f"{image}.png"
         if target.is_file() and not target.is_symlink():
             continue  # content-named: an existing plain file already holds these pixels
-        atomic_write_bytes(target, png_bytes(inputs.image))
+        atomic_write_bytes(target, png_bytes(inputs.image), root=root)
         written += 1
     return written
 

@@ -23,10 +23,11 @@ the special token (:func:`encode_message`): an observation cannot forge ``<|im_s
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from mirl.errors import UserError
-from mirl.rollout.parsing import ACTION_SEPARATOR, THINK_OPEN
+from mirl.rollout.parsing import ACTION_SEPARATOR, ANSWER_OPEN, THINK_CLOSE, THINK_OPEN
 
 ROLE_SENTENCE = "You are an agent that solves the task below by reasoning step by step and then acting."
 FORMAT_REMINDER = "<think> [your thoughts] </think> <answer> [your answer] </answer>"
@@ -226,63 +227,118 @@ def encode(tokenizer, text: str) -> tuple[int, ...]:
 
 
 def encode_message(tokenizer, message: Message) -> tuple[int, ...]:
-    """Token ids of ``message`` whose content stays literal text: a special-token string in the content (an env
-    observation holding ``<|im_start|>assistant``, say) is encoded as the ordinary text it spells, never as the
-    special token, so env text cannot forge a turn of the conversation.
+    """Token ids of ``message`` whose content stays literal text: a control token's text in the content (an env
+    observation holding ``<|im_start|>assistant`` or ``<tool_call>``, say, or a fullwidth spelling a normaliser
+    turns into one) is encoded as the ordinary text it spells, never as the control token
+    (:func:`control_ids`), so env text cannot forge a turn of the conversation or a tool call.
 
-    Content without a special-token string (nearly all) is encoded together with the template text, exactly as a
-    whole; otherwise the template text and the content are encoded apart (:func:`encode_literal`).
+    The whole message is encoded first; when its control ids are exactly the template's own (nearly always), those
+    ids are the answer, as before. Otherwise the template text and the content are encoded apart
+    (:func:`encode_literal`). Comparing ids, not strings, sees what the tokenizer matched after its normaliser.
     """
-    markers = special_strings(tokenizer)
-    whole = message.text
-    outside = message.before + "\0" + message.after
-    if not any(m in message.content or whole.count(m) != outside.count(m) for m in markers):
-        return encode(tokenizer, whole)
+    control = control_ids(tokenizer)
+    ids = encode(tokenizer, message.text)
+    if control.isdisjoint(ids):
+        return ids
     before, after = encode(tokenizer, message.before), encode(tokenizer, message.after)
+    if [i for i in ids if i in control] == [i for i in before + after if i in control]:
+        return ids
     return before + encode_literal(tokenizer, message.content) + after
 
 
-ZERO_WIDTH_SPACE = "\u200b"
-
-
 def encode_literal(tokenizer, text: str) -> tuple[int, ...]:
-    """Token ids of ``text`` in which no special-token string becomes a special id: the tokenizer's
-    ``split_special_tokens``, and for a tokenizer that ignores it, each marker broken by a zero-width space."""
-    specials = special_ids(tokenizer)
+    """Token ids of ``text`` in which no control token's text becomes its id.
+
+    The tokenizer's ``split_special_tokens`` handles tokens flagged special. What it leaves (added tokens not
+    flagged special, such as Qwen2.5's ``<tool_call>``; a tokenizer that ignores the flag) is cut out of the text
+    as the normaliser leaves it, and each such piece is encoded as its first character and the rest apart; an id
+    that still comes out (a marker inside a marker) is dropped.
+    """
+    control = control_ids(tokenizer)
     ids = tuple(tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True))
-    if specials.isdisjoint(ids):
+    if control.isdisjoint(ids):
         return ids
-    for marker in special_strings(tokenizer):
-        text = text.replace(marker, marker[:1] + ZERO_WIDTH_SPACE + marker[1:])
-    return tuple(i for i in encode(tokenizer, text) if i not in specials)
+    pieces = []
+    for piece in _control_pattern(tokenizer).split(_normalized(tokenizer, text)):
+        pieces += [piece[:1], piece[1:]] if piece in control_strings(tokenizer) else [piece]
+    ids = (i for p in pieces if p for i in tokenizer.encode(p, add_special_tokens=False, split_special_tokens=True))
+    return tuple(i for i in ids if i not in control)
+
+
+def _normalized(tokenizer, text: str) -> str:
+    """``text`` as the tokenizer's normaliser leaves it (NFKC: ``＜｜turn｜＞`` becomes ``<|turn|>``); unchanged
+    for a tokenizer without one."""
+    normalizer = getattr(getattr(tokenizer, "backend_tokenizer", None), "normalizer", None)
+    return normalizer.normalize_str(text) if normalizer is not None else text
+
+
+def _control_pattern(tokenizer) -> re.Pattern:
+    """A pattern that splits text at the control strings, longest first, keeping them as pieces."""
+    strings = sorted(control_strings(tokenizer), key=len, reverse=True)
+    return re.compile("(" + ("|".join(map(re.escape, strings)) or "(?!)") + ")")  # (?!) matches nothing
 
 
 def special_strings(tokenizer) -> tuple[str, ...]:
     """The text of every special token of ``tokenizer`` (its named specials and added tokens marked special), but the
     unknown-word token, which env text legitimately encodes to in a word-level vocabulary."""
-    return _specials(tokenizer)[0]
+    return _specials(tokenizer).strings
 
 
 def special_ids(tokenizer) -> frozenset[int]:
-    return _specials(tokenizer)[1]
+    return _specials(tokenizer).ids
 
 
-_SPECIALS: dict[int, tuple[object, tuple[str, ...], frozenset[int]]] = {}
+def control_strings(tokenizer) -> tuple[str, ...]:
+    """The special strings and the text of every added token not flagged special (Qwen2.5's ``<tool_call>`` and FIM
+    markers): the tokenizer matches all of them whole in any text. Not control tokens: added tokens of whitespace
+    only, and mirl's own reply tags (:data:`REPLY_TAGS`, which mirl's prompt text spells in every user message)."""
+    return _specials(tokenizer).control_strings
 
 
-def _specials(tokenizer) -> tuple[tuple[str, ...], frozenset[int]]:
+def control_ids(tokenizer) -> frozenset[int]:
+    return _specials(tokenizer).control_ids
+
+
+# delimit the reply inside the assistant turn (Qwen3 adds <think> as a plain added token); never a turn's boundary
+REPLY_TAGS = (THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, "</answer>")
+
+
+@dataclass(frozen=True)
+class _Specials:
+    tokenizer: object
+    strings: tuple[str, ...]
+    ids: frozenset[int]
+    control_strings: tuple[str, ...]
+    control_ids: frozenset[int]
+
+
+_SPECIALS: dict[int, _Specials] = {}
+
+
+def _specials(tokenizer) -> _Specials:
     cached = _SPECIALS.get(id(tokenizer))
-    if cached is not None and cached[0] is tokenizer:
-        return cached[1], cached[2]
+    if cached is not None and cached.tokenizer is tokenizer:
+        return cached
     strings = {str(t) for t in getattr(tokenizer, "all_special_tokens", ())}
     ids = set(getattr(tokenizer, "all_special_ids", ()))
+    plain: dict[str, int] = {}  # added tokens not flagged special
     for token_id, token in dict(getattr(tokenizer, "added_tokens_decoder", {}) or {}).items():
         if getattr(token, "special", False):
             strings.add(str(token.content))
             ids.add(int(token_id))
+        elif str(token.content).strip() and str(token.content) not in REPLY_TAGS:
+            plain[str(token.content)] = int(token_id)
     unknown = getattr(tokenizer, "unk_token", None)  # an unknown word's id: the env text's own, not a marker
     strings.discard(unknown)
+    plain.pop(unknown, None)
     ids.discard(getattr(tokenizer, "unk_token_id", None))
-    entry = (tokenizer, tuple(sorted(s for s in strings if s)), frozenset(ids))
+    strings.discard("")
+    entry = _Specials(
+        tokenizer,
+        tuple(sorted(strings)),
+        frozenset(ids),
+        tuple(sorted(strings | set(plain))),
+        frozenset(ids | set(plain.values())),
+    )
     _SPECIALS[id(tokenizer)] = entry
-    return entry[1], entry[2]
+    return entry

@@ -19,15 +19,16 @@ import os
 import pickle
 import pickletools
 import re
+import secrets
 import shutil
+import stat
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 
 import torch
 
-from mirl.safeio import RunDirError, ensure_dir
+from mirl.safeio import RunDirError, ensure_dir, open_dir
 
 _NAME = re.compile(r"iteration_(\d{6,})\Z")
 
@@ -36,33 +37,91 @@ class CheckpointError(RunDirError):
     """A checkpoint mirl refuses to load: it holds pickled Python objects, or it is damaged with no fallback."""
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def save_checkpoint(directory: Path, iteration: int, state: dict, *, keep: int) -> Path:
-    ensure_dir(directory)
+    """Write ``state`` as ``directory/iteration_NNNNNN/state.pt`` (module docstring). Everything happens relative to
+    ``directory`` opened once without following links, from the run's folder (its parent) down
+    (:func:`mirl.safeio.open_dir`): a folder swapped for a link mid-write never receives the checkpoint."""
+    directory = Path(directory)
+    ensure_dir(directory, directory.parent)
     remove_incomplete(directory)
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=directory))
-    with open(tmp / "state.pt", "wb") as handle:
-        torch.save(state, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    _fsync_dir(tmp)
     final = directory / f"iteration_{iteration:06d}"
-    if final.is_symlink():  # a planted link is removed, never followed
-        final.unlink()
-    elif final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    _fsync_dir(directory)
-    for old in list_checkpoints(directory)[:-keep] if keep > 0 else []:
-        shutil.rmtree(old, ignore_errors=True)
+    folder = open_dir(directory, directory.parent)
+    try:
+        tmp = _temp_dir(folder)
+        try:
+            _write_state(folder, tmp, state)
+        except (OSError, RuntimeError) as error:
+            shutil.rmtree(tmp, dir_fd=folder, ignore_errors=True)  # the partial write's space is free again
+            cause = _os_error(error)
+            if cause is None:
+                raise
+            raise OSError(
+                cause.errno,
+                f"{cause.strerror or cause} while writing checkpoint {final.name} in {directory}; free space there "
+                "(trainer.keep_checkpoints sets how many the run keeps) and resume the run",
+            ) from error
+        if _is_link(final.name, folder):  # a planted link is removed, never followed
+            os.unlink(final.name, dir_fd=folder)
+        elif _exists(final.name, folder):
+            shutil.rmtree(final.name, dir_fd=folder)
+        os.replace(tmp, final.name, src_dir_fd=folder, dst_dir_fd=folder)
+        os.fsync(folder)
+        for old in list_checkpoints(directory)[:-keep] if keep > 0 else []:
+            shutil.rmtree(old.name, dir_fd=folder, ignore_errors=True)
+    finally:
+        os.close(folder)
     return final
+
+
+def _os_error(error: BaseException) -> OSError | None:
+    """The ``OSError`` behind a failed write. A full disk names no file (the write goes to an open handle), and
+    torch's zip writer then replaces the ``OSError`` with its own ``RuntimeError`` ("[enforce fail at
+    inline_container.cc] unexpected pos") while closing the half-written archive: the disk error is its context."""
+    seen = 0
+    while error is not None and seen < 8:
+        if isinstance(error, OSError):
+            return error
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return None
+
+
+def _temp_dir(folder: int) -> str:
+    for _ in range(100):
+        name = f".tmp-{secrets.token_hex(4)}"
+        try:
+            os.mkdir(name, 0o700, dir_fd=folder)
+            return name
+        except FileExistsError:
+            continue
+    raise FileExistsError("no free .tmp- name for a checkpoint after 100 tries")
+
+
+def _write_state(folder: int, tmp: str, state: dict) -> None:
+    inner = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        with os.fdopen(os.open("state.pt", flags, 0o644, dir_fd=inner), "wb") as handle:
+            torch.save(state, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.fsync(inner)
+    finally:
+        os.close(inner)
+
+
+def _is_link(name: str, folder: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode)
+    except FileNotFoundError:
+        return False
+
+
+def _exists(name: str, folder: int) -> bool:
+    try:
+        os.stat(name, dir_fd=folder, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def remove_incomplete(directory: Path) -> None:

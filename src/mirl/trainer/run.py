@@ -155,7 +155,7 @@ def prepare(run_dir: Path, config: Config, resume: bool) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     clean_leftovers(run_dir)
     remove_incomplete(run_dir / "checkpoints")
-    ensure_dir(run_dir / "rollouts")
+    ensure_dir(run_dir / "rollouts", run_dir)
     if not resume:  # debris of an attempt killed before its first metrics line
         for log in ("metrics.jsonl", "groups.jsonl"):
             repair_jsonl(run_dir / log, 0)
@@ -235,9 +235,10 @@ def save_rollouts(run_dir: Path, config: Config, iteration: int, episodes) -> No
         return
     if mode == "sample":
         episodes = [e for e in episodes if e.group < config.logging.rollout_sample_groups]
-    write_images(run_dir / "rollouts" / IMAGES_DIR, episodes)  # each image once, before the lines naming it
+    write_images(run_dir / "rollouts" / IMAGES_DIR, episodes, root=run_dir)  # each image once, before its lines
     lines = [json.dumps(episode_to_record(e, iteration=iteration), ensure_ascii=False) + "\n" for e in episodes]
-    atomic_write_text(run_dir / "rollouts" / f"iteration_{iteration:06d}.jsonl", "".join(lines))  # whole, once
+    rollouts = run_dir / "rollouts" / f"iteration_{iteration:06d}.jsonl"
+    atomic_write_text(rollouts, "".join(lines), root=run_dir)  # whole, once
 
 
 def log_groups(run_dir: Path, iteration: int, episodes, returns, selection, labels) -> None:

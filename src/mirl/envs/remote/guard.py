@@ -6,8 +6,9 @@ more than it bounds: bodies, sessions, connections, buffers and time.
 - an HTTP body above ``max_bytes`` is refused with 413, by its ``Content-Length`` or, when streamed, as soon as
   the count passes the limit; a body must arrive within ``body_s`` seconds (408), and the bodies of all
   connections being received together stay under :data:`HELD_BODY_BYTES` (503); a JSON body must be strict JSON
-  (no NaN or infinities, no integer wider than 20 digits: 400). WebSocket messages are bounded by the server's
-  ``ws_max_size``;
+  (no NaN or infinities, no number that overflows a float, no integer wider than 20 digits: 400), and the
+  integer fields of the reset and task routes must be integers (422, :data:`INTEGER_FIELDS`). WebSocket messages
+  are bounded by the server's ``ws_max_size``;
 - the stateless ``POST /reset`` and ``/step``, which build an env per request, count against the session cap
   (503 when the sessions, the envs still open and the stateless calls in flight fill it);
 - with a token set, every route except ``/health`` needs ``Authorization: Bearer <token>`` (401 over HTTP; a
@@ -45,6 +46,9 @@ CLOSED_PATHS = ("/mcp",)
 
 STATELESS_PATHS = ("/reset", "/step")  # OpenEnv's HTTP routes that build a fresh env per request
 HELD_BODY_BYTES = 64 << 20  # request bodies being received, all connections together
+# the integer fields of OpenEnv's routes (by the path's last part), which pydantic's lax ints would take from 1e5,
+# 3.0 or "5": a non-integer there is refused (422), never read as task 100000
+INTEGER_FIELDS = {"reset": ("seed", "index"), "task": ("index",), "task_range": ("start", "stop")}
 
 
 @dataclass
@@ -162,7 +166,7 @@ class Guard:
             self.held -= len(body)
         problem = _json_problem(scope, bytes(body))
         if problem is not None:
-            return await _refuse(scope, send, 400, problem)
+            return await _refuse(scope, send, *problem)
         replayed = False
 
         async def replay():
@@ -183,17 +187,24 @@ def _names_a_session(scope) -> bool:
     return any(key == "session_id" for key, _ in parse_qsl(query, keep_blank_values=True))
 
 
-def _json_problem(scope, body: bytes) -> str | None:
-    """Why a JSON request body is no strict JSON (NaN, infinities, integers wider than 20 digits), else None."""
-    kind = dict(scope.get("headers") or []).get(b"content-type", b"")
-    if not body or not kind.startswith(b"application/json"):
+def _json_problem(scope, body: bytes) -> tuple[int, str] | None:
+    """``(status, message)`` for a request body that is JSON but not strict JSON (NaN, infinities, a number that
+    overflows a float, integers wider than 20 digits: 400) or that sends a non-integer where a route takes an
+    integer (422), else None. Every body is checked, whatever its content type says: FastAPI reads ``text/json``
+    and ``application/*+json`` as JSON too."""
+    if not body:
         return None
     try:
-        parse_json(body, constants=False)
+        data = parse_json(body, constants=False)
     except json.JSONDecodeError:
-        return None  # FastAPI answers malformed JSON itself (422)
+        return None  # not JSON: FastAPI answers malformed JSON itself (422)
     except (ValueError, RecursionError) as error:
-        return f"request body is not strict JSON: {str(error)[:120]}"
+        return 400, f"request body is not strict JSON: {str(error)[:120]}"
+    route = scope["path"].rstrip("/").rsplit("/", 1)[-1]
+    for key in INTEGER_FIELDS.get(route, ()) if isinstance(data, dict) else ():
+        value = data.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            return 422, f"{key} must be an integer or null, got {repr(value)[:40]}"
     return None
 
 

@@ -241,6 +241,7 @@ def build_app(name: str, options: Mapping[str, Any], settings: ServeSettings):
         raise ImportError(f"{INSTALL_HINT} ({installed_openenv(found)})")
     try:
         from fastapi import FastAPI
+        from fastapi.exceptions import RequestValidationError
         from openenv.core.env_server.http_server import HTTPEnvServer
         from openenv.core.env_server.types import ConcurrencyConfig
     except ImportError as error:
@@ -258,8 +259,17 @@ def build_app(name: str, options: Mapping[str, Any], settings: ServeSettings):
 
         return JSONResponse({"detail": str(error)}, status_code=422)
 
+    async def invalid_request(request, error):
+        from fastapi.responses import JSONResponse
+
+        # FastAPI's own answer echoes each input, and an input JSON cannot hold (inf) made it a 500
+        fields = ("type", "loc", "msg")
+        detail = [{key: entry[key] for key in fields if key in entry} for entry in error.errors()[:8]]
+        return JSONResponse({"detail": detail}, status_code=422)
+
     for error_class in REQUEST_ERRORS:
         app.add_exception_handler(error_class, bad_request)
+    app.add_exception_handler(RequestValidationError, invalid_request)
 
     @app.get("/capacity")
     def capacity() -> dict[str, int]:

@@ -12,7 +12,8 @@ Actions:
 Reward:
     The number the task's function returned for the answer. An exception in that function, or a result that is
     not a finite number (or not ``(observation, reward, done)``), raises :class:`TaskError` naming the prompt and
-    the answer: never a silent 0.
+    the answer: never a silent 0. A call still running at the task's deadline (``timeout_s``) ends the episode,
+    truncated, with reward 0 and ``info["end_reason"] = "task_timeout"`` (:mod:`mirl.envs.task.deadline`).
 
 Termination:
     ``terminated`` when the function says done (a single-turn task: after the first answer); ``truncated`` after
@@ -26,6 +27,7 @@ Arguments:
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from numbers import Real
@@ -34,6 +36,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from mirl.envs.base import TextEnv
+from mirl.envs.task.deadline import TIMEOUT_REASON, Overdue
 from mirl.envs.task.examples import SPLITS, pick, preview
 from mirl.errors import UserError
 
@@ -68,18 +71,18 @@ def read_outcome(result: Any, where: str) -> tuple[str, float, bool, dict]:
     """
     if not isinstance(result, tuple) or len(result) not in (3, 4):
         raise TaskError(
-            f"the step function returned {result!r:.80} on {where}; return (observation, reward, done) "
+            f"the step function returned {shown(result)} on {where}; return (observation, reward, done) "
             "or (observation, reward, done, info)"
         )
     observation, reward, done, info = (*result, {}) if len(result) == 3 else result
     if not isinstance(observation, str):
         raise TaskError(f"the step function's observation is a {type(observation).__name__} on {where}; return text")
     if not isinstance(done, bool | np.bool_):
-        raise TaskError(f"the step function's done is {done!r} on {where}; return True or False")
+        raise TaskError(f"the step function's done is {shown(done)} on {where}; return True or False")
     flags = ("success", "action_valid", "action_effective")
     if not isinstance(info, Mapping) or any(not isinstance(info.get(k, False), bool | np.bool_) for k in flags):
         raise TaskError(
-            f"the step function's info is {info!r:.80} on {where}; return a dict whose success, action_valid "
+            f"the step function's info is {shown(info)} on {where}; return a dict whose success, action_valid "
             "and action_effective, when given, are bools"
         )
     info = {key: bool(value) if key in flags else value for key, value in info.items()}
@@ -92,12 +95,31 @@ def read_reward(value: Any, where: str, kind: str = "reward") -> float:
     >>> read_reward(True, "prompt 'x'"), read_reward(np.float32(0.5), "prompt 'x'")
     (1.0, 0.5)
     """
-    if not isinstance(value, Real) or not math.isfinite(float(value)):
+    number = math.nan
+    if isinstance(value, Real):
+        try:  # inside the check: 10**400 or Fraction(10**400, 3) overflow a float, a user's Real may raise anything
+            number = float(value)
+        except Exception:
+            number = math.nan
+    if not math.isfinite(number):
         raise TaskError(
-            f"the {kind} function returned {value!r:.80} ({type(value).__name__}) on {where}; "
+            f"the {kind} function returned {shown(value)} ({type(value).__name__}) on {where}; "
             "return a finite float, e.g. 1.0 for a correct answer and 0.0 otherwise"
         )
-    return float(value)
+    return number
+
+
+def shown(value: Any, width: int = 80) -> str:
+    """``repr(value)`` cut to ``width`` characters; a value whose repr fails (an int above Python's 4,300 digits,
+    a user's object) is shown by its type.
+
+    >>> shown(10**5000)
+    'an int of 16610 bits'
+    """
+    try:
+        return repr(value)[:width]
+    except Exception:
+        return f"an int of {value.bit_length()} bits" if isinstance(value, int) else f"a {type(value).__name__} object"
 
 
 class TaskEnv(TextEnv):
@@ -140,7 +162,10 @@ class TaskEnv(TextEnv):
             info = {"success": self._success, "action_valid": False, "action_effective": False}
             return self._observation, 0.0, self._done, False, info
         where = f"prompt {preview(conversation.prompt)}, turn {conversation.turn + 1}, answer {preview(word)}"
-        observation, reward, terminated, extra = self.task.respond(conversation, word, where)
+        try:
+            observation, reward, terminated, extra = self.task.respond(conversation, word, where)
+        except Overdue:
+            return self._overdue(where)
         conversation.answers.append(word)
         conversation.observations.append(observation)
         conversation.rewards.append(reward)
@@ -150,6 +175,21 @@ class TaskEnv(TextEnv):
         self._observation = observation
         info = {"action_valid": True, "action_effective": True, **extra, "success": self._success}
         return observation, reward, terminated, truncated, info
+
+    def _overdue(self, where: str) -> tuple[str, float, bool, bool, dict]:
+        """The step of a call past its deadline: the episode ends, truncated, as ``task_timeout``, reward 0."""
+        self._done, self._success = True, False
+        if self.task.first_overdue():  # one warning per task; the end reason counts every episode
+            kind = "step" if self.task.multi_turn else "reward"
+            warnings.warn(
+                f"the {kind} function of task {self.task.name!r} passed its {self.task.timeout_s:g} s deadline on "
+                f"{where}; that episode ends as {TIMEOUT_REASON} (reward 0) while the call runs on in the "
+                "background (so do later ones): make the function return sooner, or allow more with "
+                "Task(timeout_s=...)",
+                stacklevel=3,
+            )
+        info = {"success": False, "action_valid": True, "action_effective": False, "end_reason": TIMEOUT_REASON}
+        return self._observation, 0.0, False, True, info
 
     def render(self) -> str:
         return self._observation

@@ -17,6 +17,7 @@ serves it. docs/your-task.md shows the whole path.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import math
 import re
@@ -26,6 +27,7 @@ from functools import cached_property
 from typing import Any
 
 from mirl.envs.registry import registry
+from mirl.envs.task import deadline
 from mirl.envs.task.env import Conversation, TaskEnv, TaskError, read_outcome, read_reward
 from mirl.envs.task.examples import preview, read_examples, split, validation_count
 
@@ -33,6 +35,7 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-]*")  # env names as the metric cata
 SINGLE_TURN_INSTRUCTION = "Answer the question."
 MULTI_TURN_INSTRUCTION = "Answer each message; the conversation goes on until the task is done."
 DEFAULT_MAX_TURNS = 5
+DEFAULT_TIMEOUT_S = 5.0
 
 
 @dataclass(eq=False)
@@ -60,6 +63,10 @@ class Task:
     actions: tuple[str, ...] | None = None
     # an episode succeeds when it ends with a reward at least this (a step's info["success"] overrides it)
     success_threshold: float = 1.0
+    # seconds one call of the reward or step function may take; past it the episode ends as "task_timeout"
+    # (mirl.envs.task.deadline says what that can and cannot stop); None: no deadline, called on the caller's thread
+    timeout_s: float | None = DEFAULT_TIMEOUT_S
+    _overdue: deadline.Overdues = field(init=False, repr=False, default_factory=deadline.Overdues)
     _train: tuple[dict, ...] = field(init=False, repr=False)
     _validation: tuple[dict, ...] = field(init=False, repr=False)
 
@@ -106,6 +113,11 @@ class Task:
                 raise ValueError(f"actions must be distinct non-empty words without '||', got {self.actions!r}")
         if not isinstance(self.success_threshold, int | float) or not math.isfinite(self.success_threshold):
             raise ValueError(f"success_threshold must be a finite number, got {self.success_threshold!r}")
+        seconds = self.timeout_s
+        if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int | float)):
+            raise ValueError(f"timeout_s must be a number of seconds or None, got {seconds!r}")
+        if seconds is not None and not 0 < seconds < 1e6:
+            raise ValueError(f"timeout_s must be a positive number of seconds below 1e6 or None, got {seconds!r}")
         if self.instruction is not None and (not isinstance(self.instruction, str) or not self.instruction.strip()):
             raise ValueError(f"instruction must be non-empty text or None, got {self.instruction!r}")
 
@@ -128,6 +140,15 @@ class Task:
     def validation_examples(self) -> tuple[dict, ...]:
         """The held-out examples validation episodes play (no prompt text in common with training)."""
         return self._validation
+
+    @property
+    def overdue_calls(self) -> int:
+        """Calls of the reward or step function running past their deadline now (on their own daemon threads)."""
+        return self._overdue.count
+
+    def first_overdue(self) -> bool:
+        """True the first time a call of this task passes its deadline (the env warns then), False after."""
+        return self._overdue.first()
 
     @property
     def multi_turn(self) -> bool:
@@ -171,12 +192,22 @@ class Task:
         """The task function's verdict on ``answer``: ``(observation, reward, done, info)``; :class:`TaskError`
         when the function raises or returns something else (``where`` names the prompt and answer)."""
         kind = "step" if self.multi_turn else "reward"
+        if self.multi_turn:
+            work = functools.partial(self.step, conversation, answer)
+        else:
+            fields = self._reward_fields(conversation.example)
+            work = functools.partial(self.reward, conversation.prompt, answer, **fields)
         try:
-            if self.multi_turn:
-                result = self.step(conversation, answer)
-            else:
-                result = self.reward(conversation.prompt, answer, **self._reward_fields(conversation.example))
-        except Exception as error:
+            result = deadline.call(work, self.timeout_s, self._overdue, self.name)
+        except deadline.Overdue:
+            raise  # the env ends the episode (TaskEnv.step)
+        except deadline.TooManyOverdue as error:
+            raise TaskError(
+                f"{error.count} calls of the {kind} function of task {self.name!r} are still running past their "
+                f"{self.timeout_s:g} s deadline; refusing to call it again on {where}: make it return (or raise "
+                "Task(timeout_s=...))"
+            ) from None
+        except (Exception, SystemExit) as error:  # sys.exit() in a reward is its error, not the process's end
             raise TaskError(
                 f"the {kind} function raised {type(error).__name__}: {error} on {where}; fix it, or catch that "
                 "case and return a reward"

@@ -54,13 +54,14 @@ class MetricsFile:
 
     def __init__(self, run_dir: str | Path) -> None:
         from mirl.catalogue import is_known  # the catalogue of every key mirl logs
+        from mirl.safeio import ensure_dir
 
-        self.path = Path(run_dir) / "metrics.jsonl"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = ensure_dir(Path(run_dir)) / "metrics.jsonl"  # refuses a run folder that is a link
         self.known = is_known
 
     def write(self, step: int, metrics: dict) -> dict:
+        from mirl.safeio import append_line
+
         record = mirl_record(step, metrics, self.known)
-        with self.path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record) + "\n")
+        append_line(self.path, json.dumps(record))  # relative to the folder opened without following links
         return record
