@@ -310,7 +310,8 @@ def test_first_lines_name_the_regime_degeneration_and_wrong_but_grounded(browser
         colours = {colour for _, colour in Image.open(shot).convert("RGB").getcolors(1 << 22)}
         assert (198, 40, 40) in colours or not strips[name].startswith("unhealthy")  # the red badge is painted
     assert strips["p_s0"].split()[0] == "unhealthy" and "template collapse" in strips["p_s0"]
-    assert strips["b-low_s0"].split()[0] == "check" and "compressed grounded" in strips["b-low_s0"]
+    # b-low_s0's only warning is a busy machine's note, which never sets the health word
+    assert strips["b-low_s0"].split()[0] == "healthy" and "compressed grounded" in strips["b-low_s0"]
     assert "wrong but grounded" in strips["f-low_s9"] and "no longer leads to success" in strips["f-low_s9"]
     assert strips["quickstart"].split()[0] == "unhealthy" and "no reasoning" in strips["quickstart"]
     degenerate = strips["degenerate"]
