@@ -264,6 +264,7 @@ def test_compare_rows_give_the_reports_numbers_and_no_notes_about_files_they_do_
         assert cells["input dependence"] == verdict(read_run(run)).fact("input dependence").value
     assert dict(zip(header, rows[0], strict=True))["collapse onset"] == "no fall detected"
 
+
 def _degenerate_run(root: Path) -> Path:
     """A 20-iteration run whose replies break down: malformed share 0.05 -> 0.9 while retrieval falls and H(Z|X)
     rises, its iterations labelled as training labels them (degenerate from half malformed on)."""

@@ -91,10 +91,13 @@ def _arm(window: str, occurrence: int, rng: random.Random) -> None:
             die()
         return real_write(fd, data)
 
-    def replace(src, dst):  # config.yaml, summary.json, rollout files, checkpoint folders
-        if due(_window(Path(dst).name, Path(dst).parent.name)):
+    def replace(src, dst, **dir_fds):  # config.yaml, summary.json, rollout files, checkpoint folders
+        # a write relative to an opened folder (dst_dir_fd) names the file alone: its folder is the descriptor's
+        folder = dir_fds.get("dst_dir_fd")
+        parent = Path(os.readlink(f"/proc/self/fd/{folder}")).name if folder is not None else Path(dst).parent.name
+        if due(_window(Path(dst).name, parent)):
             die()
-        return real_replace(src, dst)
+        return real_replace(src, dst, **dir_fds)
 
     def save(obj, handle, *args, **kwargs):
         if due("state.pt"):

@@ -18,7 +18,11 @@ from pathlib import Path
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "drift", help="check saved conversations for retokenisation drift (chat template prefixes, sampled ids)"
+        "drift",
+        help="check saved conversations for retokenisation drift (chat template prefixes, sampled ids)",
+        description="Check whether each saved conversation's contexts survive retokenisation: the chat template of "
+        "the first k messages must encode to a prefix of the first k + 1, and sampled ids must re-encode to "
+        "themselves; says where the sampled and trained contexts part.",
     )
     parser.add_argument(
         "rollouts",

@@ -10,6 +10,7 @@ line number), and 2 when a path is not a run directory or ``--out`` cannot be a 
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 
@@ -101,7 +102,9 @@ def run_compare(args: argparse.Namespace) -> int:
 
     for run_dir in args.run_dirs:
         check_run_directory(run_dir)
-    out = Path(args.out or "compare.html").resolve()  # printed in full: where the page went is never a guess
+    # printed in full: where the page went is never a guess; absolute, not resolved, so a link planted at the page's
+    # own name is replaced, never followed
+    out = Path(os.path.abspath(args.out or "compare.html"))
     check_output_file(out)
     # a FileNotFoundError or ValueError is a user error: one line from mirl.cli.main, the traceback with --debug
     result = build_comparison(args.run_dirs, out, labels=args.labels, scope=args.scope, family=args.family)
