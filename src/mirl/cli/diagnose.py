@@ -243,7 +243,7 @@ def diagnose_records(
     ``regex``: a :class:`~mirl.diagnostics.reasoning.ReasoningRegex` that finds Z instead of the tags."""
     from mirl.cli.progress import work_bar
     from mirl.diagnostics.offline import diagnose, episodes_from_records, summary_rows
-    from mirl.rollout.prompts import EXAMPLE_REASONING
+    from mirl.rollout.prompts import EXAMPLE_REASONINGS
 
     load_image = _image_loader(path, policy)
     episodes = episodes_from_records(fmt, records, policy.tokenizer, path=path, load_image=load_image, regex=regex)
@@ -261,7 +261,7 @@ def diagnose_records(
             action_dependence=action_dependence,
             reasoning=reasoning,
             progress=progress,
-            format_reasoning=EXAMPLE_REASONING,  # copies of it are no reasoning, as in training
+            format_reasoning=EXAMPLE_REASONINGS,  # copies of them are no reasoning, as in training
         )
     return {
         "rollouts": str(path),
