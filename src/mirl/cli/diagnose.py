@@ -202,6 +202,8 @@ def run_diagnose(args: argparse.Namespace) -> int:
     )
     report["model"] = args.model
     print_report(report)
+    if report["hint"]:  # after the table, where a reader of "pairs 0" looks
+        print(f"mirl diagnose: {report['hint']}", file=sys.stderr)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         from mirl.safeio import atomic_write_text
@@ -276,7 +278,24 @@ def diagnose_records(
         "mode": mode,
         "summary": summary_rows(metrics),
         "metrics": metrics,
+        "hint": reasoning_hint(episodes, reasoning, regex),
     }
+
+
+def reasoning_hint(episodes, reasoning: str, regex) -> str | None:
+    """When most replies hold no reasoning span under the closed rule (untagged completions, or tags never
+    closed), the options that would find one; None otherwise."""
+    if reasoning != "closed" or regex is not None:
+        return None
+    turns = [turn for episode in episodes for turn in episode.turns]
+    missing = sum(not turn.reasoning_ids for turn in turns)
+    if not turns or 2 * missing <= len(turns):
+        return None
+    return (
+        f"{missing} of {len(turns)} replies hold no closed <think>...</think> span, so they have no reasoning to "
+        "score; --reasoning open also reads a reply that never closes the tag (its text up to <answer>), and "
+        "--reasoning-regex PATTERN reads another convention, e.g. '<reasoning>(.*?)</reasoning>'"
+    )
 
 
 def input_note(fmt: str, records, episodes) -> str:
