@@ -32,8 +32,10 @@ class Ending:
     no_update: str | None
 
 
-def finish(result, *, report: bool = True, prog: str = "mirl train", strict: bool = False, out: TextIO | None = None,
-           err: TextIO | None = None) -> Ending:  # fmt: skip
+def finish(
+    result, *, report: bool = True, prog: str = "mirl train", strict: bool = False, out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> Ending:  # fmt: skip
     """Build ``report.html`` (unless ``report=False``) and print the closing lines of ``result`` (a
     :class:`~mirl.trainer.RunResult`) on ``out`` and the never-updated line, prefixed ``prog``, on ``err`` (default:
     stdout and stderr): a warning, or an error's wording under ``strict`` (the caller picks the exit status)."""
