@@ -38,9 +38,8 @@ def main(argv: list[str] | None = None) -> RunResult:
     parser.add_argument("--iterations", type=int, default=None, help="training iterations (default: the config's)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. trainer.seed=1")
     args = parser.parse_args(argv)
-    result = mirl.train(task, model=args.model, iterations=args.iterations, config=QUICKSTART, overrides=args.overrides)
-    print(f"run directory: {result.run_dir}; validation success: {result.final_metrics.get('val/success')}")
-    return result
+    # ends as `mirl train` does: report.html, the run directory, the report and the summary line (quiet=True: silent)
+    return mirl.train(task, model=args.model, iterations=args.iterations, config=QUICKSTART, overrides=args.overrides)
 
 
 if __name__ == "__main__":

@@ -16,8 +16,8 @@ def __getattr__(name: str):
         from mirl.config_files import load_config
 
         return load_config
-    if name == "train":  # a Config, or your own Tasks (docs/your-task.md)
-        from mirl.trainer.tasks import train
+    if name == "train":  # a Config, or your own Tasks (docs/your-task.md), ending with the report
+        from mirl.api import train
 
         return train
     if name == "Task":

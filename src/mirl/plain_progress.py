@@ -11,20 +11,24 @@ timer repeats the line of the newest task every ``interval_s`` seconds, so a log
     [12:04:31] train  1/4 done, 2 under way  elapsed 1:21  eta 3:30  last: success 0.25  return 0.25
 
 A task counted in steps (no unit: iterations of ``train``, of a sweep) names the step under way, and its headline
-fields are the last finished step's (``last:``). The estimate is the mean time of the finished steps times the
-steps left, less the time the current one has already run, so a repeated line counts down instead of growing.
+fields are the last finished step's (``last:``). The estimate is the work left at the recent rate
+(:class:`Throughput`: a time-weighted exponential mean of the rates between updates, so a machine that gets busier
+or freer mid-run moves it within a minute or two, where the mean rate since the start stays wrong for the rest of
+the run), less the time since the last update, so a repeated line counts down instead of growing.
 
 :func:`make_progress` picks the bar or the lines from ``console.is_terminal``.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 INTERVAL_S = 30.0  # seconds between two lines of one task
+RATE_TAU_S = 60.0  # time constant of the recent rate: updates older than a few minutes hardly count
 
 
 def clock(seconds: float) -> str:
@@ -39,16 +43,57 @@ def clock(seconds: float) -> str:
 
 
 @dataclass
+class Throughput:
+    """Recent work per second: each update's rate since the one before, ``(done - done_before) / dt``, enters an
+    exponential mean with weight ``1 - exp(-dt / tau_s)``, so the mean covers about the last ``tau_s`` seconds of
+    work whatever the spacing of the updates (the first rate is taken as it is).
+
+    >>> rate = Throughput(tau_s=60.0)
+    >>> rate.observe(0.0, 0); rate.observe(10.0, 100)  # 10 per second
+    >>> rate.seconds_left(1100, 10.0)  # 1000 left at 10 per second
+    100.0
+    >>> rate.observe(70.0, 160)  # then 1 per second for 60 s: weight 1 - e**-1 = 0.632
+    >>> round(rate.per_second, 3), round(rate.seconds_left(1160, 100.0), 1)  # 10 x 0.368 + 1 x 0.632; 1000 / 4.311 - 30
+    (4.311, 202.0)
+    """
+
+    tau_s: float = RATE_TAU_S
+    per_second: float | None = None
+    last_time: float | None = None
+    last_done: float = 0.0
+
+    def observe(self, now: float, done: float) -> None:
+        """Take an update; one that reports no new work waits for the next (its time counts in that rate)."""
+        if self.last_time is None:
+            self.last_time, self.last_done = now, done
+            return
+        elapsed, work = now - self.last_time, done - self.last_done
+        if elapsed <= 0 or work <= 0:
+            return
+        rate = work / elapsed
+        weight = 1.0 - math.exp(-elapsed / self.tau_s)
+        self.per_second = rate if self.per_second is None else weight * rate + (1.0 - weight) * self.per_second
+        self.last_time, self.last_done = now, done
+
+    def seconds_left(self, total: float, now: float) -> float | None:
+        """The work left at the recent rate less the time since the last update; None before a rate is known or
+        when that time is already spent (an overdue estimate is no estimate)."""
+        if self.per_second is None or self.last_time is None:
+            return None
+        left = (total - self.last_done) / self.per_second - (now - self.last_time)
+        return left if left > 0 else None
+
+
+@dataclass
 class _Task:
     description: str
     total: float | None
     completed: float
     fields: dict[str, Any]
     started: float = field(default_factory=time.monotonic)
-    first: float = 0.0  # done at the first line, so the estimate counts only work done while timed
     printed: float | None = None  # when the last line was printed
-    advanced: float | None = None  # when ``completed`` last changed
     shown: tuple | None = None  # (done, total) of that line: a repeated final update prints nothing
+    rate: Throughput = field(default_factory=Throughput)
 
 
 class PlainProgress:
@@ -79,9 +124,8 @@ class PlainProgress:
         if total is not None:
             task.total = total
         if completed is not None:
-            if completed != task.completed:
-                task.advanced = time.monotonic()
             task.completed = completed
+            task.rate.observe(time.monotonic(), completed)
         task.fields.update(fields)
         finished = task.total is not None and task.completed >= task.total
         self._print_if_due(task, force=finished and task.shown != (task.completed, task.total))
@@ -92,8 +136,9 @@ class PlainProgress:
             due = task.printed is None or now - task.printed >= self.interval_s
             if task.total is None or not (force or due):
                 return
-            if task.printed is None:
-                task.started, task.first = now, task.completed
+            if task.printed is None:  # timing starts with the first line, so only work done while timed counts
+                task.started, task.rate = now, Throughput()
+                task.rate.observe(now, task.completed)
             task.printed, task.shown = now, (task.completed, task.total)
             self.console.print(self.line(task, now), markup=False, highlight=False, soft_wrap=True)
 
@@ -113,12 +158,9 @@ class PlainProgress:
         if not unit and running:
             count += f" done, {task.completed + 1:g} under way"
         parts = [f"[{time.strftime('%H:%M:%S')}] {task.description}", count, f"elapsed {clock(elapsed)}"]
-        done = task.completed - task.first
-        if done > 0 and running:
-            last = task.advanced if task.advanced is not None and task.advanced >= task.started else now
-            left = (last - task.started) / done * (task.total - task.completed) - (now - last)
-            if left > 0:
-                parts.append(f"eta {clock(left)}")
+        left = task.rate.seconds_left(task.total, now) if running else None
+        if left is not None:
+            parts.append(f"eta {clock(left)}")
         headline = task.fields.get("headline") or ""
         if headline and headline != unit:
             parts.append(f"last: {headline}" if not unit else headline)

@@ -56,10 +56,20 @@ def test_a_veRL_rollout_data_dir_is_diagnosed_and_said_to_be_re_tokenised(tmp_pa
     assert "input: 12 trajectories of veRL's rollout dump" in out
 
 
-def test_the_closed_rule_finds_no_reasoning_in_untagged_completions(tmp_path, tiny_scorer):
-    metrics = diagnose(tmp_path, FIXTURES / "verl" / "1.jsonl", "--pairs", "12")["metrics"]
+def test_the_closed_rule_finds_no_reasoning_in_untagged_completions_and_names_the_options(
+    tmp_path, tiny_scorer, capsys
+):
+    report = diagnose(tmp_path, FIXTURES / "verl" / "1.jsonl", "--pairs", "12")
+    metrics = report["metrics"]
     assert metrics["diag/first_turn/pairs"] == 0.0 and metrics["diag/first_turn/empty_reasoning"] == 12.0
     assert metrics["diag/first_turn/regime"] == "no_reasoning"
+    hint = "12 of 12 replies hold no closed <think>...</think> span, so they have no reasoning to score; "
+    assert report["hint"].startswith(hint) and "--reasoning open" in report["hint"]
+    assert "--reasoning-regex PATTERN" in report["hint"]
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"mirl diagnose: {report['hint']}"
+    # the option it names finds the reasoning, and then nothing is hinted
+    opened = diagnose(tmp_path, FIXTURES / "verl" / "1.jsonl", "--pairs", "12", "--reasoning", "open")
+    assert opened["metrics"]["diag/first_turn/pairs"] == 12.0 and opened["hint"] is None
 
 
 def test_a_trl_output_dir_means_its_newest_completions_file(tmp_path, tiny_scorer, capsys):

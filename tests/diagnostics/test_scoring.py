@@ -184,9 +184,10 @@ def test_progress_adds_up_to_the_planned_tokens_and_changes_no_number(policy, pr
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
     planned = scoring.grid_tokens([prompts] * 5, [[z] * 4 for z in reasonings], mode)
     assert sum(steps) == planned and len(steps) > 1 and min(steps) > 0
-    # shared: 3 distinct prompts (40 + 65 + 3 tokens) once, every reasoning under each of the 4 columns
+    # shared: 3 distinct prompts (40 + 65 + 3 tokens) once, every reasoning under each of the 3 distinct prompts
+    # (the two columns holding the same prompt make identical cells, which policy.score scores once)
     # naive: every cell re-encodes its prompt: 5 x (40 + 65 + 40 + 3) + 4 x (1 + 7 + 33 + 120 + 2)
-    assert planned == {"shared": 108 + 4 * 163, "naive": 5 * 148 + 4 * 163}[mode]
+    assert planned == {"shared": 108 + 3 * 163, "naive": 5 * 148 + 4 * 163}[mode]
 
 
 def test_progress_chunks_keep_every_prefix_in_one_call():

@@ -150,7 +150,7 @@ def test_a_malformed_step_result_is_an_error():
         ({"reward": exact, "name": "my task"}, "name must be letters"),
         ({"reward": exact, "max_turns": 3}, "belong to multi-turn tasks"),
         ({"reward": lambda prompt: 0.0}, r"must take \(prompt, answer"),
-        ({"reward": lambda prompt, answer, hint: 0.0}, "takes hint, which example 0"),
+        ({"reward": lambda prompt, answer, hint: 0.0}, r"takes hint, which prompts\[0\]"),
         ({"step": guess, "actions": ("Up", "up")}, "distinct non-empty words"),
         ({"reward": exact, "validation": 1.5}, r"share must be in \(0, 1\)"),
         ({"reward": exact, "validation": 20}, "leaves no training prompt"),
@@ -159,6 +159,23 @@ def test_a_malformed_step_result_is_an_error():
 def test_bad_settings_are_refused_with_the_fix(kwargs, message):
     with pytest.raises((TypeError, ValueError), match=message):
         Task(SUMS, **kwargs)
+
+
+def test_a_missing_field_names_the_index_in_the_list_the_user_passed():
+    """Example 3 of the user's list lacks ``target``: the error says prompts[3], whichever split it fell into (the
+    split ranks prompts by hash, so a training-split index would point at another example); an explicit validation
+    list is named as validation[i]."""
+    examples = [{"prompt": f"p{i}", "target": str(i)} for i in range(3)] + [{"prompt": "p3"}]
+    examples += [{"prompt": f"p{i}", "target": str(i)} for i in range(4, 8)]
+
+    def reward(prompt, answer, target):
+        return float(answer == target)
+
+    with pytest.raises(ValueError, match=r"takes target, which prompts\[3\] 'p3' lacks"):
+        Task(examples, reward=reward, validation=0.5)
+    held = [{"prompt": "v0", "target": "0"}, {"prompt": "v1"}]
+    with pytest.raises(ValueError, match=r"takes target, which validation\[1\] 'v1' lacks"):
+        Task(examples[:3], reward=reward, validation=held)
 
 
 @pytest.mark.parametrize(

@@ -103,3 +103,35 @@ class DroppingTemplate:
 def test_template_that_rewrites_history_is_rejected():
     with pytest.raises(ValueError, match="chat_template=None"):
         ChatFormat.from_tokenizer(DroppingTemplate())
+
+
+def test_a_single_turn_task_is_prompted_as_a_question_and_a_multi_turn_one_as_a_game(tok):
+    """The first context of a single-turn Task: the question, the instruction and the answer format, without the
+    game framing (no turn number, "State:" or "Actions left"), and a format example about a question, not a move.
+    A multi-turn Task keeps the turn framing."""
+    from mirl.envs.task import Task
+    from mirl.policy.scripted import ScriptedPolicy
+    from mirl.rollout import run_episodes
+    from mirl.rollout.parsing import decode
+    from mirl.types import EnvSpec
+
+    from .helpers import config, reply
+
+    question = "Reverse the word 'plant' letter by letter."
+    words = [question, "Reverse the word 'stone' letter by letter.", "Reverse the word 'river' letter by letter."]
+    single = Task(words, reward=lambda prompt, answer: 0.0, name="reverse", instruction="Reverse the word.")
+    multi = Task(words, step=lambda conversation, answer: ("Again.", 0.0, False), name="reverse_game", max_turns=2)
+    contexts = {}
+    for task in (single, multi):
+        with task.registered():
+            policy = ScriptedPolicy(tok, [reply("tnalp")] * 2)
+            spec = EnvSpec(task.name, seed=0)
+            run_episodes(policy, [spec], 1, config(format_example=True, max_turns=2))
+        contexts[task.name] = decode(tok, policy.calls[0][0])
+    first = contexts["reverse"]
+    assert "Turn 1." not in first and "State:" not in first and "Actions left" not in first
+    assert "Reverse the word." in first and "<answer> [your answer] </answer>" in first
+    assert "I work the question out step by step." in first and "move" not in first and "state" not in first
+    assert any(w in first for w in words)  # the question itself, as the user message's first line
+    game = contexts["reverse_game"]
+    assert "Turn 1.\nState:\n" in game and "Actions left: 2." in game

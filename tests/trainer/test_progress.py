@@ -190,8 +190,10 @@ def test_a_repeated_train_line_names_the_iteration_under_way_and_counts_down():
     progress = PlainProgress(console, interval_s=3600)
     task_id = progress.add_task("train", total=4, completed=0, headline="")
     task = progress.tasks[0]
-    task.started, task.first = 100.0, 0  # iteration 1 took 60 s
-    task.completed, task.advanced = 1, 160.0
+    task.started = 100.0
+    task.rate.observe(100.0, 0)
+    task.rate.observe(160.0, 1)  # iteration 1 took 60 s
+    task.completed = 1
     task.fields["headline"] = "success 0.25"
     # 30 s into iteration 2: 60 s a step x 3 steps left - 30 s = 150 s
     line = PlainProgress.line(task, 190.0)
@@ -211,3 +213,18 @@ def test_the_progress_line_shows_the_agnostic_share_and_the_alarm_once_it_fires(
     sinks.log(2, {"diag/trajectory/est/agnostic_share": 0.9, "diag/trajectory/alarm": 1.0})
     assert sinks.progress.tasks[0].fields["headline"].endswith("ALARM agnostic share rising (trajectory)")
     sinks.close()
+
+
+def test_the_estimate_follows_the_recent_rate_when_the_machine_gets_busy():
+    """Scoring at 100 tokens/s for 100 s, then at 10 tokens/s (the machine got busy): three minutes later the
+    estimate is within a factor 1.5 of the time really left, where the mean rate since the start is 2.5x short."""
+    from mirl.plain_progress import Throughput
+
+    rate, total = Throughput(), 20_000
+    updates = [(t, 100 * t) for t in range(0, 101, 10)] + [(100 + t, 10_000 + 10 * t) for t in range(10, 181, 10)]
+    for now, done in updates:
+        rate.observe(float(now), done)
+    now, done = updates[-1]  # 280 s, 11,800 done: 8,200 left at 10 per second = 820 s
+    mean = now / done * (total - done)  # 194.6 s
+    assert 820 / 1.5 < rate.seconds_left(total, float(now)) < 820 * 1.5
+    assert mean < 820 / 4

@@ -209,6 +209,7 @@ def run_diagnose(args: argparse.Namespace) -> int:
     run_settings(Path(args.rollouts), args)
     # a bad file fails here, before a model is loaded
     fmt, records = load_records(args.rollouts, args.format, fields=fields, below=below)
+    _fit_threads()
     policy = load_policy(args.model, device=args.device, dtype=args.dtype, max_batch_tokens=args.max_batch_tokens)
     report = diagnose_records(
         args.rollouts,
@@ -225,12 +226,23 @@ def run_diagnose(args: argparse.Namespace) -> int:
     )
     report["model"] = args.model
     print_report(report)
+    if report["hint"]:  # after the table, where a reader of "pairs 0" looks
+        print(f"mirl diagnose: {report['hint']}", file=sys.stderr)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         from mirl.safeio import atomic_write_text
 
         atomic_write_text(args.out, json.dumps(report, indent=2) + "\n")
     return 0
+
+
+def _fit_threads() -> None:
+    """Fewer torch threads when other work holds some of the cores (:mod:`mirl.cli.threads`), said on stderr."""
+    from mirl.cli.threads import fit_threads
+
+    note = fit_threads()
+    if note:
+        print(f"mirl diagnose: {note}", file=sys.stderr)
 
 
 def _image_loader(path, policy):
@@ -257,7 +269,7 @@ def diagnose_records(
     ``regex``: a :class:`~mirl.diagnostics.reasoning.ReasoningRegex` that finds Z instead of the tags."""
     from mirl.cli.progress import work_bar
     from mirl.diagnostics.offline import diagnose, episodes_from_records, summary_rows
-    from mirl.rollout.prompts import EXAMPLE_REASONING
+    from mirl.rollout.prompts import EXAMPLE_REASONINGS
 
     load_image = _image_loader(path, policy)
     episodes = episodes_from_records(fmt, records, policy.tokenizer, path=path, load_image=load_image, regex=regex)
@@ -277,7 +289,7 @@ def diagnose_records(
             action_dependence=action_dependence,
             reasoning=reasoning,
             progress=progress,
-            format_reasoning=EXAMPLE_REASONING,  # copies of it are no reasoning, as in training
+            format_reasoning=EXAMPLE_REASONINGS,  # copies of them are no reasoning, as in training
         )
     return {
         "rollouts": str(path),
@@ -292,7 +304,24 @@ def diagnose_records(
         "mode": mode,
         "summary": summary_rows(metrics),
         "metrics": metrics,
+        "hint": reasoning_hint(episodes, reasoning, regex),
     }
+
+
+def reasoning_hint(episodes, reasoning: str, regex) -> str | None:
+    """When most replies hold no reasoning span under the closed rule (untagged completions, or tags never
+    closed), the options that would find one; None otherwise."""
+    if reasoning != "closed" or regex is not None:
+        return None
+    turns = [turn for episode in episodes for turn in episode.turns]
+    missing = sum(not turn.reasoning_ids for turn in turns)
+    if not turns or 2 * missing <= len(turns):
+        return None
+    return (
+        f"{missing} of {len(turns)} replies hold no closed <think>...</think> span, so they have no reasoning to "
+        "score; --reasoning open also reads a reply that never closes the tag (its text up to <answer>), and "
+        "--reasoning-regex PATTERN reads another convention, e.g. '<reasoning>(.*?)</reasoning>'"
+    )
 
 
 def input_note(fmt: str, records, episodes) -> str:

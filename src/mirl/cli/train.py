@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 
@@ -50,7 +49,7 @@ def _split(config: str | None, overrides: list[str]) -> tuple[str | None, list[s
 def run_train(args: argparse.Namespace) -> int:
     """Check the config first (light imports only, so a bad key fails in about a second), then import torch and
     the trainer and run."""
-    from mirl.cli.train_checks import NO_UPDATE, no_update_reason
+    from mirl.cli.train_checks import NO_UPDATE
 
     if args.help_config:
         from mirl.cli.config_help import print_config_help
@@ -61,30 +60,14 @@ def run_train(args: argparse.Namespace) -> int:
     import torch
 
     from mirl.policy.sources import resolve_device
+    from mirl.report.ending import finish
     from mirl.trainer import train
 
     resolve_device(config.model.device)  # an unavailable device fails before the run directory is made
     torch.manual_seed(config.trainer.seed)  # the one global seed; library code uses its own generators
     result = train(config, run_dir=args.resume, resume=bool(args.resume))
-    print(f"\nrun directory: {result.run_dir}")
-    print(f"  metrics:  {result.run_dir / 'metrics.jsonl'}")
-    print(f"  rollouts: {result.run_dir / 'rollouts'}")
-    if result.stop_reason:
-        print(f"  stopped early: {result.stop_reason}")
-    if not args.no_report:
-        from mirl.report import build_report
-
-        report = build_report(result.run_dir)
-        print(f"  report:   {report.html_path}  (built in {report.seconds:.1f} s)")
-    from mirl.report.rundir import read_run
-    from mirl.report.verdict import verdict
-
-    print(verdict(read_run(result.run_dir)).line())  # the run's health in one line, last
-    reason = no_update_reason(result.run_dir)
-    if reason:  # a warning; an error (exit 1) under --strict
-        print(f"mirl train: {'' if args.strict else 'warning: '}{reason}", file=sys.stderr)
-        return NO_UPDATE if args.strict else 0
-    return 0
+    ending = finish(result, report=not args.no_report, strict=args.strict)  # report, closing lines, warning
+    return NO_UPDATE if ending.no_update and args.strict else 0
 
 
 def _checked_config(args: argparse.Namespace):

@@ -1,9 +1,8 @@
-"""What ``mirl train`` checks around a run: that it was given a config, that a run to resume has a checkpoint,
-and, at the end, that the policy was updated at least once.
+"""What ``mirl train`` checks before a run: that it was given a config, that a run to resume has a checkpoint, that
+the output folder and resume overrides are usable.
 
-A run that never updated its policy (the filter kept no group in any iteration, so no optimiser step was taken)
-ends with one line on stderr saying why, a warning with exit status 0 (a sweep may hold such runs on purpose), or
-exit status 1 under ``--strict``; its run directory and report are written as usual.
+A run that never updated its policy ends with one line on stderr saying why (:mod:`mirl.report.ending`), a warning
+with exit status 0 (a sweep may hold such runs on purpose), or exit status :data:`NO_UPDATE` under ``--strict``.
 """
 
 from __future__ import annotations
@@ -99,24 +98,3 @@ def require_resumable_overrides(overrides: list[str], run_dir: Path) -> None:
             f"--resume {run_dir} cannot change {key}: it would train the rest of the run differently from its "
             f"start; start a new run with it, or resume with only {allowed}"
         )
-
-
-def no_update_reason(run_dir: Path) -> str | None:
-    """None when some iteration of the run updated the policy; else why none did, from its ``metrics.jsonl``."""
-    from mirl.trainer.rundir import read_records
-
-    records = read_records(run_dir / "metrics.jsonl")
-    if not records or any(record.get("filter/kept_trajectories", 0) > 0 for record in records):
-        return None
-    count = len(records)
-    zero_spread = all(record.get("filter/spread_mean_before", 0.0) == 0.0 for record in records)
-    success = sum(record.get("rollout/success", 0.0) for record in records) / count
-    if zero_spread:
-        tone = "all failed" if success == 0.0 else "all succeeded" if success == 1.0 else "had equal returns"
-        why = (
-            f"every group's samples {tone} (reward spread 0), so the filter kept no group; raise "
-            "rollout.group_size or rollout.temperature, or pick an easier env setting"
-        )
-    else:
-        why = "the filter kept no group; loosen it (filter.value) or use filter.strategy=none"
-    return f"no update happened in {count} iteration{'s' * (count != 1)}: {why}"

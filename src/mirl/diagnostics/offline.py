@@ -98,13 +98,13 @@ def diagnose(
     action_dependence: bool = False,
     reasoning: str = "closed",
     progress=None,
-    format_reasoning: str | None = None,
+    format_reasoning: str | Sequence[str] | None = None,
 ) -> dict[str, float | str]:
     """``run_diagnostics`` on saved episodes with a fresh state and a generator seeded with ``seed``.
 
     Returns the same catalogue keys as in training, plus ``time/scoring`` (wall seconds). ``progress(done,
-    total)`` is told the tokens scored (``run_diagnostics``). ``format_reasoning``: the format example's
-    reasoning, whose copies count towards ``no_reasoning`` as in training (``mirl diagnose`` passes mirl's).
+    total)`` is told the tokens scored (``run_diagnostics``). ``format_reasoning``: the format examples'
+    reasonings, whose copies count towards ``no_reasoning`` as in training (``mirl diagnose`` passes mirl's).
     """
     from mirl.diagnostics.formats import FORMATS
 

@@ -158,7 +158,7 @@ def run_diagnostics(
     mode: str = "shared",
     progress: Callable[[int, int], None] | None = None,
     sample_temperature: float = SCORING_TEMPERATURE,
-    format_reasoning: str | None = None,
+    format_reasoning: str | Sequence[str] | None = None,
     validity: bool = True,
 ) -> dict[str, float | str]:
     """MI proxies of every configured scope (module docstring for the keys); updates ``state``'s EMAs.
@@ -173,8 +173,9 @@ def run_diagnostics(
         progress: ``progress(done, total)`` in tokens scored (``scoring.grid_tokens``): called once with
             ``done = 0`` and the planned total of every matrix before any scoring, then after each piece.
         sample_temperature: the temperature the episodes were sampled at (``rollout.temperature``).
-        format_reasoning: the reasoning of the prompt's format example, when the prompt shows one; pairs whose
-            reasoning copies it are counted (``copied_reasoning``) and weigh towards ``no_reasoning``.
+        format_reasoning: the reasoning of the prompt's format example (or the reasonings of several), when the
+            prompt shows one; pairs whose reasoning copies it are counted (``copied_reasoning``) and weigh
+            towards ``no_reasoning``.
         validity: whether the turns' ``format_valid`` flags judge the replies (mirl's reply format); False for
             replies re-parsed from a framework with another format: no ``diag/invalid_frac``, never ``degenerate``.
     """
@@ -280,14 +281,16 @@ def _criteria(config: DiagnosticsConfig) -> Criteria:
     )
 
 
-def _copies(pair_set: PairSet, episodes: Sequence[Episode], example: str | None) -> int:
-    """Pairs whose reasoning (the text between the think tags of the turn's reply) copies ``example``."""
-    if not example:
+def _copies(pair_set: PairSet, episodes: Sequence[Episode], example: str | Sequence[str] | None) -> int:
+    """Pairs whose reasoning (the text between the think tags of the turn's reply) copies ``example`` (or one of
+    several examples' reasonings)."""
+    examples = [example] if isinstance(example, str) else [e for e in example or () if e]
+    if not examples:
         return 0
     count = 0
     for pair in pair_set.pairs:
         found = _THINK.search(episodes[pair.episode].turns[pair.turn].response_text)
-        count += bool(found) and is_copy(found.group(1), example)
+        count += bool(found) and any(is_copy(found.group(1), e) for e in examples)
     return count
 
 

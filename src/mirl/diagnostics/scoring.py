@@ -12,8 +12,9 @@ continuation are summed (``scored[i]`` is the same for every column of row i, so
 Two modes compute the same numbers (up to float rounding):
 
 - ``"shared"`` hands every cell to ``policy.score(prefixes, continuations)``, which encodes each distinct
-  prefix once and shares its KV cache over every continuation that follows it. A matrix then costs N prefix
-  passes plus M x N continuation passes. Its memory budget is the policy's own (``HFPolicy.max_batch_tokens``).
+  prefix once and shares its KV cache over every continuation that follows it, and scores identical cells once.
+  A matrix then costs N prefix passes plus at most M x N continuation passes (a trajectory scope that drew the
+  same turn twice costs it once). Its memory budget is the policy's own (``HFPolicy.max_batch_tokens``).
 - ``"naive"`` re-encodes every full sequence prefix + continuation from scratch, as the reference
   implementation does: left-padded micro-batches of at most ``max_batch_tokens`` tokens (padding included),
   a plain forward of the policy's decoder (``policy.model.get_decoder()``), and the output head applied only at
@@ -134,7 +135,9 @@ def _prefix_chunks(prefixes, continuations, steps: int) -> list[list[int]]:
     groups: dict[tuple[int, ...], list[int]] = {}
     for c, prefix in enumerate(prefixes):
         groups.setdefault(tuple(prefix), []).append(c)
-    sizes = [len(prefix) + sum(len(continuations[c]) for c in cells) for prefix, cells in groups.items()]
+    sizes = [
+        _shared_tokens([prefix] * len(cells), [continuations[c] for c in cells]) for prefix, cells in groups.items()
+    ]
     target = max(1, sum(sizes) // steps)
     chunks: list[list[int]] = [[]]
     filled = 0
@@ -148,15 +151,20 @@ def _prefix_chunks(prefixes, continuations, steps: int) -> list[list[int]]:
 
 
 def _shared_tokens(prefixes, continuations) -> int:
-    """Tokens shared-mode scoring runs through the model: each distinct prefix once, every continuation."""
-    return sum(len(p) for p in {tuple(p) for p in prefixes}) + sum(len(c) for c in continuations)
+    """Tokens shared-mode scoring runs through the model: each distinct prefix once, and the continuation of each
+    distinct cell once (``policy.score`` scores identical cells once: counting every copy made the progress of a
+    scope with repeated pairs run many times faster than the work, and its estimate far too long before it)."""
+    cells = {(tuple(p), tuple(c)) for p, c in zip(prefixes, continuations, strict=True)}
+    return sum(len(p) for p in {p for p, _ in cells}) + sum(len(c) for _, c in cells)
 
 
 def grid_tokens(prefixes: Sequence[Sequence[Ids]], continuations: Sequence[Sequence[Ids]], mode: str) -> int:
     """Tokens a ``score_grid`` call runs through the model (what ``progress`` adds up to).
 
-    >>> grid_tokens([[[1, 2, 3], [4, 5, 6]]] * 2, [[[7], [7]], [[8, 9], [8, 9]]], "shared")
+    >>> grid_tokens([[[1, 2, 3], [4, 5, 6]]] * 2, [[[7], [7]], [[8, 9], [8, 9]]], "shared")  # 3 + 3 + 1 + 1 + 2 + 2
     12
+    >>> grid_tokens([[[1, 2, 3]]] * 2, [[[7]], [[7]]], "shared")  # a repeated pair is scored once: 3 + 1
+    4
     """
     cell_prefixes = [p for row in prefixes for p in row]
     cell_conts = [c for row in continuations for c in row]

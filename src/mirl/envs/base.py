@@ -68,6 +68,8 @@ class TextEnv(gymnasium.Env):
     symbol_legend: ClassVar[str | None] = None  # grid envs: what each symbol means
     default_action_budget: ClassVar[int] = 10  # actions an episode may take in all
     multi_turn: ClassVar[bool] = True
+    # a single-turn question (a Task's): prompted as the question itself, without the turn/state/actions framing
+    question_prompt: ClassVar[bool] = False
     max_actions_per_turn: ClassVar[int] = 1  # upper bound the engine may use; grid envs allow several
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}

@@ -3,7 +3,8 @@
 What is checked, in order (each failure raises :class:`ContractError` naming the rule and what was seen):
 
 1. declarations: ``name`` and a one-line ``description`` are set; ``action_words`` is None or distinct words;
-   ``default_action_budget`` and ``max_actions_per_turn`` are ints >= 1; ``multi_turn`` is a bool;
+   ``default_action_budget`` and ``max_actions_per_turn`` are ints >= 1; ``multi_turn`` and ``question_prompt``
+   are bools;
 2. reset: returns ``(str, dict)``; ``render()`` equals the observation; ``instruction`` is non-empty text;
 3. steps over a probe script (the legal words in turn, in odd case and padding, and junk text): every return
    has the right types, ``info`` holds bool ``success``/``action_valid``/``action_effective``, ``render()``
@@ -85,7 +86,9 @@ def _check_declarations(env: TextEnv) -> None:
     for attribute in ("default_action_budget", "max_actions_per_turn"):
         value = getattr(cls, attribute)
         _require(type(value) is int and value >= 1, f"{cls.name}.{attribute} must be an int >= 1, got {value!r}")
-    _require(type(cls.multi_turn) is bool, f"{cls.name}.multi_turn must be a bool, got {cls.multi_turn!r}")
+    for attribute in ("multi_turn", "question_prompt"):
+        value = getattr(cls, attribute)
+        _require(type(value) is bool, f"{cls.name}.{attribute} must be a bool, got {value!r}")
     _require(
         cls.symbol_legend is None or isinstance(cls.symbol_legend, str),
         f"{cls.name}.symbol_legend must be None or text, got {cls.symbol_legend!r}",

@@ -69,7 +69,14 @@ from mirl.rollout.env_boundary import Boundary
 from mirl.rollout.generation import Budget, bounded, context_budget, generate_turn
 from mirl.rollout.memory import CONTEXT_MODES, first_kept_turn, memory_text
 from mirl.rollout.parsing import THINK_OPEN, decode, parse_reply, reasoning_span
-from mirl.rollout.prompts import ChatFormat, encode_message, format_example, system_prompt, user_message
+from mirl.rollout.prompts import (
+    ChatFormat,
+    encode_message,
+    format_example,
+    question_message,
+    system_prompt,
+    user_message,
+)
 from mirl.rollout.reasoning_measures import check_wording, earns_wording_bonus
 from mirl.rollout.stepping import state_key_of, step_all, step_reply
 from mirl.rollout.vision import Piece, encode_piece
@@ -225,18 +232,7 @@ def _next_context(live: _Live, turn: int, fmt: ChatFormat, tokenizer, config: Ro
 
     The context leaves room for at least one reply token: ``len(context) < budget.tokens``.
     """
-    live.user_texts.append(
-        user_message(
-            turn=turn + 1,
-            observation=live.observation,
-            actions_left=live.budget,
-            max_new_tokens=config.max_new_tokens,
-            last_reward=live.turns[-1].reward if live.turns else None,
-            state_unchanged=live.unchanged,
-            example=format_example(live.env.action_words) if config.format_example else None,
-            memory=memory_text(live.env, live.steps) if config.context_mode == "memory" else None,
-        )
-    )
+    live.user_texts.append(_user_text(live, turn, config))
     live.user_images.append(list(live.images))
     if len(live.user_texts[turn]) > budget.chars:  # cannot fit: never tokenize a huge observation in full
         live.end_reason = "context_length"
@@ -255,6 +251,24 @@ def _next_context(live: _Live, turn: int, fmt: ChatFormat, tokenizer, config: Ro
     if config.context_mode == "full":
         live.start = start
     return context
+
+
+def _user_text(live: _Live, turn: int, config: RolloutConfig) -> str:
+    """Turn ``turn``'s user message: a question's plain prompt, or the turn framing of an env's state."""
+    question = getattr(live.env, "question_prompt", False)
+    example = format_example(live.env.action_words, question) if config.format_example else None
+    if question:
+        return question_message(question=live.observation, max_new_tokens=config.max_new_tokens, example=example)
+    return user_message(
+        turn=turn + 1,
+        observation=live.observation,
+        actions_left=live.budget,
+        max_new_tokens=config.max_new_tokens,
+        last_reward=live.turns[-1].reward if live.turns else None,
+        state_unchanged=live.unchanged,
+        example=example,
+        memory=memory_text(live.env, live.steps) if config.context_mode == "memory" else None,
+    )
 
 
 def _context(live: _Live, start: int, turn: int, fmt: ChatFormat, tokenizer) -> Piece:

@@ -6,6 +6,11 @@ a turn without a legal action, a warning that the state is unchanged; in the mem
 of the episode; then the state text, the actions left and the format reminder with a length hint. The assistant
 turn is always pre-filled with ``<think>``.
 
+A question (an env with ``question_prompt``: a single-turn :class:`~mirl.envs.task.Task`) is not framed as a game:
+the system prompt's role sentence asks for an answer, the user message is the question and the format reminder
+(no turn number, no "State:", no actions left), and the format example reasons about a question, not a move
+(:func:`question_message`, :func:`format_example`).
+
 Chat format. :class:`ChatFormat` cuts the tokenizer's chat template into five constant text pieces, once, by
 rendering placeholder messages: ``first(system, user)`` is the text of a conversation's first prompt and
 ``bridge(user)`` the text that closes an assistant reply, adds the next user message and opens the next
@@ -30,6 +35,7 @@ from mirl.errors import UserError
 from mirl.rollout.parsing import ACTION_SEPARATOR, ANSWER_OPEN, THINK_CLOSE, THINK_OPEN
 
 ROLE_SENTENCE = "You are an agent that solves the task below by reasoning step by step and then acting."
+QUESTION_ROLE_SENTENCE = "You answer the question below by reasoning step by step and then giving your answer."
 FORMAT_REMINDER = "<think> [your thoughts] </think> <answer> [your answer] </answer>"
 WORDS_PER_TOKEN = 0.75  # rough English average, only used for the length hint
 
@@ -49,12 +55,13 @@ def system_prompt(env, max_actions: int) -> str:
     Symbols: P: you, G: goal
     Legal actions: Left, Right. A turn may hold up to 2 actions separated by "||", e.g. <answer>Left || Right</answer>.
     """
-    lines = [ROLE_SENTENCE, env.instruction]
+    question = getattr(env, "question_prompt", False)
+    lines = [QUESTION_ROLE_SENTENCE if question else ROLE_SENTENCE, env.instruction]
     if env.symbol_legend:
         lines.append(f"Symbols: {env.symbol_legend}")
     words = env.action_words
     if words is None:
-        lines.append("Give exactly one answer per turn inside the answer tags.")
+        lines.append(f"Give exactly one answer{'' if question else ' per turn'} inside the answer tags.")
     elif max_actions == 1:
         lines.append(
             f"Legal actions: {', '.join(words)}. A turn holds exactly 1 action, e.g. <answer>{words[0]}</answer>."
@@ -102,30 +109,49 @@ def user_message(
     if memory is not None:
         lines.append(f"Memory of this episode: {memory}")
     lines += ["State:", observation, f"Actions left: {actions_left}."]
+    return "\n".join([*lines, *_format_lines(max_new_tokens, example)])
+
+
+def question_message(*, question: str, max_new_tokens: int, example: str | None = None) -> str:
+    """The user message of a question (an env with ``question_prompt``): the question, then the format reminder
+    with a length hint and, if given, an example reply; no turn, state or action framing.
+
+    >>> print(question_message(question="Reverse the word 'plant'.", max_new_tokens=100))  # doctest: +ELLIPSIS
+    Reverse the word 'plant'.
+    Always answer in the format <think> [your thoughts] </think> <answer> [your answer] </answer>. Max response ...
+    """
+    return "\n".join([question, *_format_lines(max_new_tokens, example)])
+
+
+def _format_lines(max_new_tokens: int, example: str | None) -> list[str]:
     words = int(max_new_tokens * WORDS_PER_TOKEN)
-    lines.append(
+    reminder = (
         f"Always answer in the format {FORMAT_REMINDER}. "
         f"Max response length: {max_new_tokens} tokens (about {words} words)."
     )
-    if example is not None:
-        lines.append(f"Example reply: {example}")
-    return "\n".join(lines)
+    return [reminder] if example is None else [reminder, f"Example reply: {example}"]
 
 
-def format_example(action_words) -> str:
-    """A one-line reply in the required format (``rollout.format_example``; off by default, as in the reference).
+def format_example(action_words, question: bool = False) -> str:
+    """A one-line reply in the required format (``rollout.format_example``; off by default, as in the reference);
+    for a question (``question=True``) its reasoning speaks of the question, not of a state and a move.
 
     Small models (~100M parameters) almost never produce the format from the instruction alone, so every reply
     earns the same penalty and no group has reward spread; one example fixes that at the cost of a hint.
 
     >>> format_example(("Left", "Right"))
     '<think> I read the state and pick the move that helps. </think> <answer> Left </answer>'
+    >>> format_example(None, question=True)
+    '<think> I work the question out step by step. </think> <answer> ... </answer>'
     """
     action = action_words[0] if action_words else "..."
-    return f"<think> {EXAMPLE_REASONING} </think> <answer> {action} </answer>"
+    reasoning = QUESTION_REASONING if question else EXAMPLE_REASONING
+    return f"<think> {reasoning} </think> <answer> {action} </answer>"
 
 
 EXAMPLE_REASONING = "I read the state and pick the move that helps."  # the reasoning of ``format_example``
+QUESTION_REASONING = "I work the question out step by step."  # ... and of a question's
+EXAMPLE_REASONINGS = (EXAMPLE_REASONING, QUESTION_REASONING)  # a copy of either is no reasoning (diagnostics)
 
 
 @dataclass(frozen=True)

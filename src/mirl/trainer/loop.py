@@ -15,7 +15,7 @@ from mirl.config import Config
 from mirl.diagnostics.groups import label_counts, label_groups
 from mirl.diagnostics.run import DiagnosticsState, is_scheduled, run_diagnostics
 from mirl.filtering import group_spread
-from mirl.rollout.prompts import EXAMPLE_REASONING
+from mirl.rollout.prompts import EXAMPLE_REASONINGS
 from mirl.trainer import credit, stages
 from mirl.trainer.early_stop import after_selection, after_validation
 from mirl.trainer.filter_watch import SoftmaxKeepWatch
@@ -179,7 +179,7 @@ def run_iteration(
                     generator=torch.Generator().manual_seed(seed),
                     progress=progress,
                     sample_temperature=config.rollout.temperature,
-                    format_reasoning=EXAMPLE_REASONING,  # one no_reasoning rule wherever the diagnostics run
+                    format_reasoning=EXAMPLE_REASONINGS,  # one no_reasoning rule wherever the diagnostics run
                 )
     with timer("filter"):
         turn_scores, turn_metrics = credit.turn_signal(preset, turns, returns, config.filter.statistic)

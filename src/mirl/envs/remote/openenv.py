@@ -214,8 +214,9 @@ class OpenEnvEnv(TextEnv):
         for name in ("default_action_budget", "max_actions_per_turn"):
             if isinstance(agent.get(name), int) and not isinstance(agent.get(name), bool) and agent[name] >= 1:
                 setattr(self, name, agent[name])
-        if isinstance(agent.get("multi_turn"), bool):
-            self.multi_turn = agent["multi_turn"]
+        for name in ("multi_turn", "question_prompt"):
+            if isinstance(agent.get(name), bool):
+                setattr(self, name, agent[name])
 
     def _failure(self, error) -> dict[str, Any]:
         self.close()

@@ -30,6 +30,7 @@ AGENT_FIELDS = (
     "action_words",
     "default_action_budget",
     "multi_turn",
+    "question_prompt",
     "max_actions_per_turn",
     "description",
 )

@@ -73,6 +73,7 @@ class Task:
     def __post_init__(self) -> None:
         self._check_settings()
         examples = read_examples(self.prompts, self.prompt_key)
+        self._check_fields(examples, "prompts")  # indices into the list the user passed, not into a split
         if isinstance(self.validation, int | float) and not isinstance(self.validation, bool):
             count = validation_count(self.validation, len(examples))
             train, held = split(tuple(e[self.prompt_key] for e in examples), count)
@@ -80,11 +81,9 @@ class Task:
         else:
             self._train = examples
             self._validation = read_examples(self.validation, self.prompt_key, "validation")
+            self._check_fields(self._validation, "validation")
             self._check_disjoint()
         self.prompts = examples
-        if self.reward is not None:
-            for i, example in enumerate(self._train + self._validation):
-                self._reward_fields(example, i)
 
     def _check_settings(self) -> None:
         if (self.reward is None) == (self.step is None):
@@ -120,6 +119,12 @@ class Task:
             raise ValueError(f"timeout_s must be a positive number of seconds below 1e6 or None, got {seconds!r}")
         if self.instruction is not None and (not isinstance(self.instruction, str) or not self.instruction.strip()):
             raise ValueError(f"instruction must be non-empty text or None, got {self.instruction!r}")
+
+    def _check_fields(self, examples: tuple[dict, ...], what: str) -> None:
+        """Every example holds the fields the reward function takes; a missing one is named as ``what[i]``."""
+        if self.reward is not None:
+            for i, example in enumerate(examples):
+                self._reward_fields(example, f"{what}[{i}]")
 
     def _check_disjoint(self) -> None:
         train = {e[self.prompt_key] for e in self._train}
@@ -172,6 +177,7 @@ class Task:
             "validation prompts.",
             "action_words": self.actions,
             "multi_turn": self.multi_turn,
+            "question_prompt": not self.multi_turn,  # a question, not a game: no turn/state framing
             "default_action_budget": self.turns,
             "__module__": TaskEnv.__module__,
             "__doc__": TaskEnv.__doc__,
@@ -217,7 +223,7 @@ class Task:
         reward = read_reward(result, where)
         return f"Reward: {reward:g}.", reward, True, {}
 
-    def _reward_fields(self, example: Mapping[str, Any], index: int | None = None) -> dict[str, Any]:
+    def _reward_fields(self, example: Mapping[str, Any], where: str = "the example") -> dict[str, Any]:
         """The example's fields the reward function takes by name (all of them if it takes ``**fields``)."""
         firsts, named, takes_all = _extra_parameters(self.reward)
         others = {k: v for k, v in example.items() if k != self.prompt_key}
@@ -232,7 +238,6 @@ class Task:
             return others
         missing = [name for name, required in named.items() if required and name not in others]
         if missing:
-            where = f"example {index}" if index is not None else "the example"
             raise ValueError(
                 f"the reward function takes {', '.join(missing)}, which {where} {preview(example[self.prompt_key])} "
                 f"lacks (fields: {', '.join(others) or 'none'}); give every example those fields or a default"

@@ -33,7 +33,7 @@ from mirl.diagnostics import REGIMES
 from mirl.diagnostics.run import DiagnosticsState, is_scheduled, run_diagnostics
 from mirl.integrations.trl.envs import generation_model
 from mirl.rollout.parsing import decode, reasoning_span
-from mirl.rollout.prompts import EXAMPLE_REASONING
+from mirl.rollout.prompts import EXAMPLE_REASONINGS
 from mirl.types import EnvSpec, Episode, Turn
 
 
@@ -154,7 +154,7 @@ class CollapseDiagnosticsCallback(TrainerCallback):
             param = next(model.parameters())
             policy = HFPolicy(model, self.trainer.processing_class, device=param.device, dtype=param.dtype)
             metrics = run_diagnostics(
-                policy, episodes, self.config, self.state, generator=self.generator, format_reasoning=EXAMPLE_REASONING
+                policy, episodes, self.config, self.state, generator=self.generator, format_reasoning=EXAMPLE_REASONINGS
             )
         for key, value in list(metrics.items()):
             if isinstance(value, str) and key.endswith("/regime") and key.count("/") == 2:

@@ -44,7 +44,7 @@ from mirl.integrations.verl.plugin import TRAINER_NAME
 from mirl.integrations.verl.sampler import mirl_record
 from mirl.integrations.verl.scoring import LogprobFn, RowScorer
 from mirl.integrations.verl.settings import read_settings
-from mirl.rollout.prompts import EXAMPLE_REASONING
+from mirl.rollout.prompts import EXAMPLE_REASONINGS
 
 PARTITION = "mirl_diag"
 
@@ -162,7 +162,7 @@ class MirlTrainer(PPOTrainerSync):
             config,
             self.diagnostics_state,
             generator=generator,
-            format_reasoning=EXAMPLE_REASONING,
+            format_reasoning=EXAMPLE_REASONINGS,
         )
 
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
