@@ -78,3 +78,20 @@ def test_doctests(module):
 
     result = doctest.testmod(importlib.import_module(module))
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_the_direct_recipe_answers_one_letter_questions_right_after_a_template():
+    from mirl.lab.organism import direct_recipe
+
+    rng = np.random.default_rng(3)
+    tokenizer = organism_tokenizer()
+    recipe = direct_recipe()
+    policy = ScriptedPolicy(tokenizer, lambda context: scripted_reply(context, rng, 0.0, recipe.direct_answer))
+    config = RolloutConfig(max_turns=2, max_actions_per_turn=1, max_new_tokens=16, max_context_tokens=1024)
+    specs = [EnvSpec("keysum", seed, {"hard_share": 0.5, "easy_letters": 1}) for seed in range(40)]
+    turns = [t for e in run_episodes(policy, specs, 1, config) for t in e.turns]
+    assert all(tokenizer.unk_token_id not in t.context_ids + t.response_ids for t in turns)
+    # every reply is a template: one-letter questions answered right, three-letter ones at random (1/8)
+    easy = [t.reward for t in turns if len(t.observation.split("add:")[1].split()) == 1]
+    hard = [t.reward for t in turns if len(t.observation.split("add:")[1].split()) == 3]
+    assert easy and hard and all(r == 1.0 for r in easy) and sum(hard) / len(hard) < 0.4
