@@ -147,3 +147,33 @@ def test_every_table_prints_from_the_folders(tmp_path):
     assert "| A filter keeps templates away | -0.185 [" in text and "incomplete (2 seeds)" in text
     assert "Manipulation check" in text and "no Floor runs" in text
     assert json.loads((tmp_path / "results.json").read_text())["inventory"]["f-low"] == [1, 2]
+
+
+def _runner(monkeypatch, results: Path):
+    spec = importlib.util.spec_from_file_location("mechanism_run", _PATH.parent / "run.py")
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    monkeypatch.setattr(runner, "RESULTS", results)
+    return runner
+
+
+def test_the_pilot_gate_needs_a_five_iteration_mean_of_templates_at_0_3(monkeypatch, tmp_path):
+    runner = _runner(monkeypatch, tmp_path)
+    write(tmp_path, "warmup_s0", flat(template=0.02))
+    # one iteration at 0.9 is not a drift: its 5-iteration mean is 0.02 * 4 / 5 + 0.18 = 0.196
+    write(tmp_path, "pilot_s0", [line(template=0.9 if i == 20 else 0.02) for i in range(50)])
+    gate = runner.pilot_gate()
+    assert gate["verdict"] == "fails" and gate["highest_5_iteration_mean"] == pytest.approx(0.196)
+    assert gate["warmup_final_template"] == 0.02
+    drift = tmp_path / "drift"
+    write(drift, "warmup_s0", flat(template=0.02))
+    write(drift, "pilot_s0", [line(template=0.01 * i) for i in range(60)])  # reaches 0.3 at iteration 31..35
+    monkeypatch.setattr(runner, "RESULTS", drift)
+    gate = runner.pilot_gate()
+    assert gate["verdict"] == "passes" and gate["highest_5_iteration_mean"] == pytest.approx(0.47)  # 45..49
+
+
+def test_s_low_scales_b_lows_regularisers_by_f_lows_kept_share(monkeypatch, tmp_path):
+    runner = _runner(monkeypatch, tmp_path)
+    write(tmp_path, "f-low_s3", [line(zero=z) for z in (2, 4, 6, 4)])  # kept 0.75, 0.5, 0.25, 0.5: mean 0.5
+    assert runner.s_low_overrides(3) == ["algorithm.entropy_coef=0.0005", "algorithm.kl_coef=0.075"]
