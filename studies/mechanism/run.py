@@ -95,7 +95,7 @@ def train(arm: str, seed: int) -> None:
     name = f"{arm}_s{seed}"
     run_dir, log = RUNS / name, RUNS / f"{name}.log"
     RUNS.mkdir(parents=True, exist_ok=True)
-    mirl = [sys.executable, "-m", "mirl.cli", "train"]
+    mirl = [sys.executable, "-m", "mirl.cli", "train", "--no-report"]  # the report is not kept: its CPU is saved
     if (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").iterdir()):
         command = [*mirl, "--resume", str(run_dir)]
     else:
