@@ -271,7 +271,7 @@ def warning_verdicts(falling: list[dict], steady: list[dict], floors: list[dict]
 def gates(results: Path = RESULTS) -> dict:
     """The two gates' results as committed (``gates/swap.json``, ``gates/pilot.json``)."""
     out = {}
-    for name in ("swap", "pilot"):
+    for name in ("swap", "swap-v2", "pilot"):  # swap: organism v1 (failed); swap-v2: the amended organism
         path = results / "gates" / f"{name}.json"
         out[name] = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"verdict": "not run"}
     return out

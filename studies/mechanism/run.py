@@ -45,6 +45,7 @@ ARMS = {
 FLOOR_SEEDS = (1, 2, 3)
 KEPT = ("config.yaml", "metrics.jsonl", "summary.json")
 SWAP = {"instances": 64, "samples": 4}
+SWAP_GATE = "swap-v2"  # on keysum1-organism v2 (amendment); gates/swap.json holds v1's failure
 PILOT_SHARE, PILOT_WIDTH = 0.3, 5  # the pilot gate: a 5-iteration mean template share >= 0.3 within 50 iterations
 
 
@@ -183,7 +184,7 @@ def _self_cpu() -> float:
 
 
 def gates() -> bool:
-    if gate("swap", swap_gate)["verdict"] != "passes":
+    if gate(SWAP_GATE, swap_gate)["verdict"] != "passes":
         print("the swap gate failed: the task does not separate easy from hard; no treatment run", file=sys.stderr)
         return False
     for arm in ("warmup", "pilot"):
@@ -200,7 +201,7 @@ def gates() -> bool:
 
 
 def treatment(seeds: list[int]) -> int:
-    for name in ("swap", "pilot"):
+    for name in (SWAP_GATE, "pilot"):
         path = RESULTS / "gates" / f"{name}.json"
         if not path.is_file() or json.loads(path.read_text())["verdict"] != "passes":
             print(f"the {name} gate has not passed; run `python studies/mechanism/run.py gates` first", file=sys.stderr)

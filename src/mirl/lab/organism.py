@@ -43,6 +43,8 @@ UNKNOWN = "[UNK]"
 NAME = "keysum-organism"
 VERSION = 1  # bump when the recipe changes: the cache directory is keyed by it
 DIRECT_NAME = "keysum1-organism"  # the mechanism study's variant: one-letter easy questions, answered without reasoning
+# v1 (2 layers, direct answers only in phase 2) failed the study's swap gate: easy success 0.125 after a template
+DIRECT_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,7 @@ class Recipe:
     max_turns: int = 2
     easy_letters: int = 2  # letters an easy question names (keysum's option): 1 for the mechanism study's variant
     direct_answer: bool = False  # a template trace on a one-letter question ends in the right answer, not a random one
+    skill_direct_share: float = 0.0  # phase 1: share of one-letter questions answered by a template and the answer
 
 
 @dataclass(frozen=True)
@@ -169,7 +172,11 @@ def skill_batch(tokenizer, recipe: Recipe):
                             max_new_tokens=recipe.max_new_tokens, last_reward=last)  # fmt: skip
         text = fmt.first_user_text(user) if turn == 1 else fmt.bridge_text(user)
         prompt = tokenizer.encode(text, add_special_tokens=False)
-        reply = tokenizer.encode(scripted_reply(observation, rng, 1.0), add_special_tokens=False)
+        grounded = 1.0
+        if recipe.skill_direct_share and len(env.asked[0]) == 1:  # the default recipe draws exactly as before
+            grounded = 1.0 - recipe.skill_direct_share
+        reply = scripted_reply(observation, rng, grounded, recipe.direct_answer)
+        reply = tokenizer.encode(reply, add_special_tokens=False)
         rows.append(prompt + reply)
         masks.append([False] * len(prompt) + [True] * len(reply))
     length = max(len(row) for row in rows)
@@ -302,11 +309,13 @@ def build_organism(target: str | os.PathLike, recipe: Recipe = Recipe(), log=Non
     return target
 
 
-def cached_organism(cache_dir=None, log=None, name: str = NAME, recipe: Recipe | None = None) -> Path:
+def cached_organism(
+    cache_dir=None, log=None, name: str = NAME, recipe: Recipe | None = None, version: int = VERSION
+) -> Path:
     """The built-in organism's directory in the mirl cache, built on first use."""
     from mirl.policy.sources import cache_root
 
-    target = cache_root(cache_dir) / "models" / f"{name}-v{VERSION}"
+    target = cache_root(cache_dir) / "models" / f"{name}-v{version}"
     if not (target / "config.json").is_file():
         log = log or (lambda line: print(line, file=sys.stderr, flush=True))
         log(f"organism: building {name} once into {target} (about 2 minutes on 2 cores)")
@@ -316,10 +325,15 @@ def cached_organism(cache_dir=None, log=None, name: str = NAME, recipe: Recipe |
 
 def direct_recipe() -> Recipe:
     """The mechanism study's organism (studies/mechanism): easy questions name one letter, and a template trace
-    on one answers right, so the policy starts templated and still answers easy questions without reasoning."""
-    return Recipe(easy_letters=1, direct_answer=True)
+    on one answers right, so the policy starts templated and still answers easy questions without reasoning.
+
+    Version 2 (amended before any treatment run): answering a one-letter question in one token takes three
+    look-ups (the named letter after ``add:``, that letter in the key, the symbol after it), one more than writing
+    ``b 5`` step by step, and version 1's two layers answered it at chance after a template. So three layers, and
+    half of phase 1's one-letter questions answered by a template and the right answer."""
+    return Recipe(easy_letters=1, direct_answer=True, num_layers=3, skill_direct_share=0.5)
 
 
 def cached_direct_organism(cache_dir=None, log=None) -> Path:
     """``keysum1-organism``: :func:`direct_recipe`'s organism in the mirl cache, built on first use."""
-    return cached_organism(cache_dir, log, DIRECT_NAME, direct_recipe())
+    return cached_organism(cache_dir, log, DIRECT_NAME, direct_recipe(), DIRECT_VERSION)
