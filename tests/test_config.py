@@ -109,6 +109,7 @@ def test_every_shipped_config_loads(path):
         ("diagnostics.scopes=[]", r"diagnostics.scopes must list at least one of .* diagnostics.enabled=false"),
         ("diagnostics.scopes=[trajectory,trajectory]", r"diagnostics.scopes lists a scope twice"),
         ("model.critic_name=''", r"model.critic_name must be a non-empty string when set"),
+        ("model.reference_name=' '", r"model.reference_name must be a non-empty string when set"),
         ("model.cache_dir=' '", r"model.cache_dir must be a non-empty string when set"),
     ],
 )

@@ -1,4 +1,5 @@
-"""mirl: multi-turn RL for LLM agents that measures and prevents template collapse.
+"""mirl: multi-turn RL for LLM agents that measures the input dependence of reasoning, detects template collapse and
+filters by reward spread.
 
 ``load_config``, ``train`` and ``Task`` are imported on first use so that ``import mirl`` (and the pure numeric
 core) never pulls in transformers.

@@ -47,6 +47,9 @@ class ModelConfig:
     lora_alpha: float = 32.0
     # critic backbone for ppo/dapo; None = a copy of the policy backbone
     critic_name: str | None = None
+    # the KL term's reference policy: a model of the same vocabulary (e.g. the policy a trained model started from,
+    # studies/mechanism); None = a frozen copy of the initial policy
+    reference_name: str | None = None
     # recompute each decoder layer's activations in the backward pass: the update's peak memory falls by most of
     # its activations (quickstart: see benchmarks/memory.py) for about one more forward pass of time
     gradient_checkpointing: bool = True

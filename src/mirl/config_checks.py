@@ -316,7 +316,7 @@ def _check_names(config: Config) -> None:
     for key in ("model.name", "trainer.output_dir", "logging.wandb_project"):
         if not str(_get(config, key)).strip():
             raise ConfigError(f"{key} must be a non-empty string; the default is {_default(key)!r}")
-    for key in ("model.cache_dir", "model.critic_name"):  # None = not set
+    for key in ("model.cache_dir", "model.critic_name", "model.reference_name"):  # None = not set
         if _get(config, key) is not None and not str(_get(config, key)).strip():
             raise ConfigError(f"{key} must be a non-empty string when set; leave it out to use the default")
     if not _DEVICE.fullmatch(config.model.device):

@@ -46,7 +46,8 @@ def looks_like_path(name: str) -> bool:
     return Path(name.split("/", 1)[0]).is_dir()
 
 
-BUILTIN_NAMES = ("smollm2-135m-instruct", "keysum-organism")  # names mirl.policy.sources resolves itself
+# names mirl.policy.sources resolves itself
+BUILTIN_NAMES = ("smollm2-135m-instruct", "keysum-organism", "keysum1-organism")
 
 
 def check_model_name(name: str, builtins: tuple[str, ...] = BUILTIN_NAMES, probe_hub: bool = True) -> None:

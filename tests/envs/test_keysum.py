@@ -96,3 +96,47 @@ def test_a_split_without_keys_is_refused_before_any_reset():
     # 0.001 x 8**2 = 0.064 rounds to 0 validation keys: reset would draw forever
     with pytest.raises(ValueError, match="leaves 0 of 64 keys"):
         make("keysum", key_size=2, split="validation", validation_share=0.001)
+
+
+def test_easy_letters_one_names_a_single_letter_whose_symbol_is_the_answer():
+    env = make("keysum", easy_letters=1, hard_share=0.0)
+    for seed in range(30):
+        observation, _ = env.reset(seed=seed)
+        key, letters = parse_observation(observation)
+        assert len(letters) == 1 and env.answer() == key[letters]  # the answer stands in the observation
+        assert KeySumEnv.reasoning_kind(observation, f"{letters} {key[letters]}") == "grounded"
+        assert KeySumEnv.reasoning_kind(observation, "let me think") == "template"
+    hard = make("keysum", easy_letters=1, hard_share=1.0)
+    assert all(len(parse_observation(hard.reset(seed=s)[0])[1]) == 3 for s in range(20))
+
+
+def test_easy_letters_keeps_the_draws_of_the_default_task():
+    # same keys and hard/easy draws at every seed; a two-letter question's first letter is the one-letter question
+    for seed in range(30):
+        one, two = make("keysum", easy_letters=1, hard_share=0.3), make("keysum", hard_share=0.3)
+        (a, _), (b, _) = one.reset(seed=seed), two.reset(seed=seed)
+        key_a, letters_a = parse_observation(a)
+        key_b, letters_b = parse_observation(b)
+        assert key_a == key_b and one.hard == two.hard
+        assert letters_a == letters_b if one.hard else letters_b.startswith(letters_a)
+
+
+def test_easy_letters_is_deterministic_and_refuses_other_counts():
+    first = [make("keysum", easy_letters=1).reset(seed=s)[0] for s in range(10)]
+    assert first == [make("keysum", easy_letters=1).reset(seed=s)[0] for s in range(10)]
+    for bad in (0, 3):
+        with pytest.raises(ValueError, match="easy_letters must be 1 or 2"):
+            make("keysum", easy_letters=bad)
+
+
+def test_easy_letters_one_meets_the_env_contract():
+    from mirl.envs import check_env
+    from mirl.envs.checker import transcript
+
+    for hard_share in (0.0, 0.5):
+        check_env(make("keysum", easy_letters=1, hard_share=hard_share))
+        check_env(make("keysum", easy_letters=1, hard_share=hard_share), seed=12345)
+    for seed in (0, 1, 99):
+        first, second = make("keysum", easy_letters=1), make("keysum", easy_letters=1)
+        second.reset(seed=seed + 1)
+        assert transcript(first, seed) == transcript(second, seed)

@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from safetensors.torch import load_file
 
 from mirl.cli import main
@@ -78,3 +79,41 @@ def test_doctests(module):
 
     result = doctest.testmod(importlib.import_module(module))
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_the_direct_recipe_answers_one_letter_questions_right_after_a_template():
+    from mirl.lab.organism import direct_recipe
+
+    rng = np.random.default_rng(3)
+    tokenizer = organism_tokenizer()
+    recipe = direct_recipe()
+    policy = ScriptedPolicy(tokenizer, lambda context: scripted_reply(context, rng, 0.0, recipe.direct_answer))
+    config = RolloutConfig(max_turns=2, max_actions_per_turn=1, max_new_tokens=16, max_context_tokens=1024)
+    specs = [EnvSpec("keysum", seed, {"hard_share": 0.5, "easy_letters": 1}) for seed in range(40)]
+    turns = [t for e in run_episodes(policy, specs, 1, config) for t in e.turns]
+    assert all(tokenizer.unk_token_id not in t.context_ids + t.response_ids for t in turns)
+    # every reply is a template: one-letter questions answered right, three-letter ones at random (1/8)
+    easy = [t.reward for t in turns if len(t.observation.split("add:")[1].split()) == 1]
+    hard = [t.reward for t in turns if len(t.observation.split("add:")[1].split()) == 3]
+    assert easy and hard and all(r == 1.0 for r in easy) and sum(hard) / len(hard) < 0.4
+
+
+def test_the_direct_recipe_teaches_direct_answers_in_phase_one_and_keeps_the_default_data():
+    from mirl.envs.lab.keysum import parse_observation
+    from mirl.lab.organism import direct_recipe, skill_batch
+
+    tokenizer = organism_tokenizer()
+    small = {"skill_steps": 2, "skill_batch_size": 32}
+    direct = skill_batch(tokenizer, Recipe(**(vars(direct_recipe()) | small)))
+    direct_rows = [tokenizer.decode(row[mask].tolist()) for row, mask in zip(direct.ids, direct.target, strict=True)]
+    contexts = [tokenizer.decode(row[att & ~mask].tolist()) for row, att, mask in
+                zip(direct.ids, direct.attention, direct.target, strict=True)]  # fmt: skip
+    one_letter = [(c, r) for c, r in zip(contexts, direct_rows, strict=True) if " s " not in r and "add" in c]
+    templates = [(c, r) for c, r in one_letter if not any(ch.isdigit() for ch in r.split("</think>")[0])]
+    assert templates  # some one-letter questions answered by a template and the right answer
+    for context, reply in templates:
+        key_part = "key : " + context.split("key : ")[-1]
+        key, letters = parse_observation(key_part.replace(" :", ":").split(" Actions")[0].replace(" add:", "\nadd:"))
+        assert len(letters) == 1 and reply.split()[-2] == str(key[letters])
+    default = skill_batch(tokenizer, Recipe(**small))
+    assert default.ids.shape[0] == 64 and not torch.equal(default.ids[:4], direct.ids[:4])

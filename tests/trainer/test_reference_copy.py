@@ -46,3 +46,32 @@ def test_lora_reference_is_the_base_with_adapters_disabled():
     reference = learner.reference(ids, mask)
     assert not torch.allclose(adapted, base)
     torch.testing.assert_close(reference, base, rtol=0, atol=0)
+
+
+def test_reference_name_scores_with_the_named_model(tmp_path):
+    # the KL reference is another model (model.reference_name): its log-probs, not the initial policy's
+    other = tiny_policy(seed=2)
+    other.save(tmp_path / "other")
+    policy = tiny_policy(seed=1)
+    config = Config(model=ModelConfig(reference_name=str(tmp_path / "other"), device="cpu", dtype="float32"))
+    learner = build_learner(policy, config, get_preset("grpo", kl_coef=0.05))
+    ids = torch.randint(3, 200, (2, 9), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids, dtype=torch.bool)
+    with torch.no_grad():
+        expected, _ = other.token_logprobs(ids, mask)
+        own, _ = policy.token_logprobs(ids, mask)
+    reference = learner.reference(ids, mask)
+    torch.testing.assert_close(reference, expected, rtol=0, atol=1e-6)
+    assert not torch.allclose(reference, own)
+
+
+def test_reference_name_with_another_vocabulary_is_refused(tmp_path):
+    from mirl.config import ConfigError
+    from mirl.lab.organism import organism_tokenizer
+
+    other = tiny_policy(seed=2)
+    other.tokenizer = organism_tokenizer()
+    other.save(tmp_path / "other")
+    config = Config(model=ModelConfig(reference_name=str(tmp_path / "other"), device="cpu", dtype="float32"))
+    with pytest.raises(ConfigError, match="another vocabulary"):
+        build_learner(tiny_policy(seed=1), config, get_preset("grpo", kl_coef=0.05))

@@ -31,7 +31,10 @@ class OneLineParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="mirl",
-        description="Multi-turn RL for LLM agents that measures and prevents template collapse.",
+        description=(
+            "Multi-turn RL for LLM agents that measures the input dependence of reasoning, detects its near-total"
+            " loss (template collapse) and filters by reward spread."
+        ),
     )
     parser.add_argument("--version", action="version", version=f"mirl {__version__}")
     parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error")

@@ -42,6 +42,9 @@ TAGS = (THINK_OPEN, THINK_CLOSE, "<answer>", "</answer>")
 UNKNOWN = "[UNK]"
 NAME = "keysum-organism"
 VERSION = 1  # bump when the recipe changes: the cache directory is keyed by it
+DIRECT_NAME = "keysum1-organism"  # the mechanism study's variant: one-letter easy questions, answered without reasoning
+# v1 (2 layers, direct answers only in phase 2) failed the study's swap gate: easy success 0.125 after a template
+DIRECT_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,9 @@ class Recipe:
     num_heads: int = 4
     max_new_tokens: int = 16  # the rollout setting the prompts are rendered with (configs/lab)
     max_turns: int = 2
+    easy_letters: int = 2  # letters an easy question names (keysum's option): 1 for the mechanism study's variant
+    direct_answer: bool = False  # a template trace on a one-letter question ends in the right answer, not a random one
+    skill_direct_share: float = 0.0  # phase 1: share of one-letter questions answered by a template and the answer
 
 
 @dataclass(frozen=True)
@@ -118,19 +124,27 @@ def organism_tokenizer(max_new_tokens: int = 16):
 _QUESTION = re.compile(r"key ?:((?:\s+[a-h]\s+[0-7])+)\s+add ?:((?:\s+[a-h])+)")
 
 
-def scripted_reply(context: str, rng: np.random.Generator, grounded_share: float) -> str:
-    """The scripted solver's reply to the last question in a decoded context: grounded or template.
+def scripted_reply(context: str, rng: np.random.Generator, grounded_share: float, direct: bool = False) -> str:
+    """The scripted solver's reply to the last question in a decoded context: grounded or template. A template
+    reply answers at random, except with ``direct`` on a question naming one letter, whose symbol stands in the
+    observation: there it answers right (a policy can, without reasoning).
 
     >>> ctx = "key : a 3 b 5 c 1 d 7 add : b d Actions left"
     >>> scripted_reply(ctx, np.random.default_rng(0), 1.0)
     ' b 5 d 7 s 4 </think> <answer> 4 </answer>'
+    >>> scripted_reply("key : a 3 b 5 add : b", np.random.default_rng(0), 0.0, direct=True).split()[-3:]
+    ['<answer>', '5', '</answer>']
     """
     questions = _QUESTION.findall(context)
-    if not questions or rng.random() >= grounded_share:
-        reasoning, answer = template_reasoning(rng), int(rng.integers(8))
-    else:
+    key, letters = {}, ""
+    if questions:
         pairs, letters = questions[-1][0].split(), "".join(questions[-1][1].split())
         key = {pairs[i]: int(pairs[i + 1]) for i in range(0, len(pairs), 2)}
+    if not questions or rng.random() >= grounded_share:
+        reasoning, answer = template_reasoning(rng), int(rng.integers(8))
+        if direct and len(letters) == 1:
+            answer = key[letters]
+    else:
         reasoning, answer = solution_reasoning(key, letters), sum(key[x] for x in letters) % 8
     return f" {reasoning} {THINK_CLOSE} <answer> {answer} </answer>"
 
@@ -145,7 +159,8 @@ def skill_batch(tokenizer, recipe: Recipe):
     from mirl.rollout.prompts import ChatFormat
     from mirl.trainer.specs import train_seed
 
-    env, rng = KeySumEnv(hard_share=recipe.hard_share, split="train"), np.random.default_rng([recipe.seed, 2])
+    env = KeySumEnv(hard_share=recipe.hard_share, easy_letters=recipe.easy_letters, split="train")
+    rng = np.random.default_rng([recipe.seed, 2])
     fmt = ChatFormat.from_tokenizer(tokenizer)
     count = recipe.skill_steps * recipe.skill_batch_size
     rows, masks = [], []
@@ -157,7 +172,11 @@ def skill_batch(tokenizer, recipe: Recipe):
                             max_new_tokens=recipe.max_new_tokens, last_reward=last)  # fmt: skip
         text = fmt.first_user_text(user) if turn == 1 else fmt.bridge_text(user)
         prompt = tokenizer.encode(text, add_special_tokens=False)
-        reply = tokenizer.encode(scripted_reply(observation, rng, 1.0), add_special_tokens=False)
+        grounded = 1.0
+        if recipe.skill_direct_share and len(env.asked[0]) == 1:  # the default recipe draws exactly as before
+            grounded = 1.0 - recipe.skill_direct_share
+        reply = scripted_reply(observation, rng, grounded, recipe.direct_answer)
+        reply = tokenizer.encode(reply, add_special_tokens=False)
         rows.append(prompt + reply)
         masks.append([False] * len(prompt) + [True] * len(reply))
     length = max(len(row) for row in rows)
@@ -179,12 +198,16 @@ def scripted_episodes(tokenizer, recipe: Recipe):
     from mirl.types import EnvSpec
 
     rng = np.random.default_rng([recipe.seed, 1, 0])
-    policy = ScriptedPolicy(tokenizer, lambda context: scripted_reply(context, rng, recipe.grounded_share))
+    policy = ScriptedPolicy(
+        tokenizer, lambda context: scripted_reply(context, rng, recipe.grounded_share, recipe.direct_answer)
+    )
     config = RolloutConfig(
         max_turns=recipe.max_turns, max_actions_per_turn=1, max_new_tokens=recipe.max_new_tokens,
         max_context_tokens=1024,
     )  # fmt: skip
     options = {"hard_share": recipe.hard_share, "split": "train"}
+    if recipe.easy_letters != Recipe.easy_letters:  # the default recipe's specs (and so its build) stay as they were
+        options["easy_letters"] = recipe.easy_letters
     # seeds of a run seed no training run uses (the run seeds of configs/lab are small)
     seeds = [train_seed(10**6 + recipe.seed, 2 * (i // 4096), i % 4096) for i in range(recipe.episodes)]
     specs = [EnvSpec("keysum", seed, options) for seed in seeds]
@@ -264,7 +287,12 @@ def build_organism(target: str | os.PathLike, recipe: Recipe = Recipe(), log=Non
         stats = supervised_train(model, phases, recipe, log)
     finally:
         torch.set_num_threads(threads)
-    info = {"name": NAME, "version": VERSION, "recipe": asdict(recipe), "parameters": model.num_parameters()}
+    info = {
+        "name": DIRECT_NAME if recipe.direct_answer else NAME,
+        "version": VERSION,
+        "recipe": asdict(recipe),
+        "parameters": model.num_parameters(),
+    }
     info |= stats | {"build_seconds": round(time.perf_counter() - started, 1)}
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
@@ -281,13 +309,31 @@ def build_organism(target: str | os.PathLike, recipe: Recipe = Recipe(), log=Non
     return target
 
 
-def cached_organism(cache_dir=None, log=None) -> Path:
+def cached_organism(
+    cache_dir=None, log=None, name: str = NAME, recipe: Recipe | None = None, version: int = VERSION
+) -> Path:
     """The built-in organism's directory in the mirl cache, built on first use."""
     from mirl.policy.sources import cache_root
 
-    target = cache_root(cache_dir) / "models" / f"{NAME}-v{VERSION}"
+    target = cache_root(cache_dir) / "models" / f"{name}-v{version}"
     if not (target / "config.json").is_file():
         log = log or (lambda line: print(line, file=sys.stderr, flush=True))
-        log(f"organism: building {NAME} once into {target} (about 2 minutes on 2 cores)")
-        build_organism(target, Recipe(), log=log)
+        log(f"organism: building {name} once into {target} (about 2 minutes on 2 cores)")
+        build_organism(target, recipe or Recipe(), log=log)
     return target
+
+
+def direct_recipe() -> Recipe:
+    """The mechanism study's organism (studies/mechanism): easy questions name one letter, and a template trace
+    on one answers right, so the policy starts templated and still answers easy questions without reasoning.
+
+    Version 2 (amended before any treatment run): answering a one-letter question in one token takes three
+    look-ups (the named letter after ``add:``, that letter in the key, the symbol after it), one more than writing
+    ``b 5`` step by step, and version 1's two layers answered it at chance after a template. So three layers, and
+    half of phase 1's one-letter questions answered by a template and the right answer."""
+    return Recipe(easy_letters=1, direct_answer=True, num_layers=3, skill_direct_share=0.5)
+
+
+def cached_direct_organism(cache_dir=None, log=None) -> Path:
+    """``keysum1-organism``: :func:`direct_recipe`'s organism in the mirl cache, built on first use."""
+    return cached_organism(cache_dir, log, DIRECT_NAME, direct_recipe(), DIRECT_VERSION)

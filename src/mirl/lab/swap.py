@@ -64,8 +64,11 @@ def other_instance_reasoning(rng: np.random.Generator, context: str) -> str:
     return solution_reasoning(key, letters)
 
 
-def swap_success(policy, mode: str, *, instances: int = 64, samples: int = 4, hard_share: float = 0.0) -> float:
-    """Share of questions answered correctly by ``policy`` on validation keys with the reasoning of ``mode``."""
+def swap_success(
+    policy, mode: str, *, instances: int = 64, samples: int = 4, hard_share: float = 0.0, easy_letters: int = 2
+) -> float:
+    """Share of questions answered correctly by ``policy`` on validation keys with the reasoning of ``mode``
+    (``easy_letters``: keysum's option, 1 for the mechanism study's task)."""
     from mirl.config import RolloutConfig
     from mirl.rollout.engine import run_episodes
     from mirl.types import EnvSpec
@@ -76,7 +79,7 @@ def swap_success(policy, mode: str, *, instances: int = 64, samples: int = 4, ha
     if mode != "own":
         policy = ForcedReasoning(policy, writers.get(mode, other_instance_reasoning))
     config = RolloutConfig(max_turns=2, max_actions_per_turn=1, max_new_tokens=16, max_context_tokens=1024)
-    options = {"hard_share": hard_share, "split": "validation"}
+    options = {"hard_share": hard_share, "split": "validation", "easy_letters": easy_letters}
     specs = [EnvSpec("keysum", 2 * i + 1, options) for i in range(instances)]
     episodes = run_episodes(policy, specs, samples, config, sampling_seed=0)
     turns = [turn for episode in episodes for turn in episode.turns]

@@ -72,7 +72,10 @@ BUILTINS = {
 
 # built-in models made by a recipe in the repo (not downloaded): name -> "module:function(cache_dir) -> Path", the
 # function building the model into the mirl cache on first use (the model organism, docs/organism.md)
-BUILT = {"keysum-organism": "mirl.lab.organism:cached_organism"}
+BUILT = {
+    "keysum-organism": "mirl.lab.organism:cached_organism",
+    "keysum1-organism": "mirl.lab.organism:cached_direct_organism",
+}
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -108,10 +108,13 @@ class _Reference:
     """Log-probs of a frozen copy of the initial policy (or of the LoRA base with adapters off), at the sampling
     temperature like every other log-prob of the update."""
 
-    def __init__(self, policy, use_adapters: bool, temperature: float = 1.0) -> None:
+    def __init__(self, policy, use_adapters: bool, temperature: float = 1.0, model=None) -> None:
         self.policy = policy
         self.temperature = temperature
-        self.model = None if use_adapters else copy.deepcopy(policy.model).requires_grad_(False).eval()
+        if model is not None:  # model.reference_name: another model's weights
+            self.model = model.to(policy.device).requires_grad_(False).eval()
+        else:
+            self.model = None if use_adapters else copy.deepcopy(policy.model).requires_grad_(False).eval()
 
     @torch.no_grad()
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, needed=None, **images) -> torch.Tensor:
@@ -125,6 +128,23 @@ class _Reference:
             return logprobs(input_ids, attention_mask)[0]
         finally:
             self.policy.model = trained
+
+
+def reference_model(policy, config: Config):
+    """The model ``model.reference_name`` names, loaded like the policy; its vocabulary must be the policy's (the KL
+    compares log-probs token by token)."""
+    from mirl.policy.sources import load_model_and_tokenizer
+
+    name = config.model.reference_name
+    model, tokenizer = load_model_and_tokenizer(
+        name, dtype=config.model.dtype, device=config.model.device, cache_dir=config.model.cache_dir
+    )
+    if tokenizer.get_vocab() != policy.tokenizer.get_vocab():
+        raise ConfigError(
+            f"model.reference_name={name} has another vocabulary than model.name={config.model.name}; the KL term "
+            "compares their log-probs token by token: name a model with the policy's tokenizer"
+        )
+    return model
 
 
 def build_learner(policy, config: Config, preset: AlgorithmPreset) -> Learner:
@@ -146,7 +166,10 @@ def build_learner(policy, config: Config, preset: AlgorithmPreset) -> Learner:
             weight_decay=algo.weight_decay,
         )
     temperature = config.rollout.temperature
-    reference = _Reference(policy, config.model.lora_rank > 0, temperature) if preset.kl_coef > 0 else None
+    reference = None
+    if preset.kl_coef > 0:
+        named = reference_model(policy, config) if config.model.reference_name else None
+        reference = _Reference(policy, config.model.lora_rank > 0, temperature, named)
     return Learner(
         policy,
         optimizer,

@@ -38,6 +38,9 @@ Arguments:
     key_size: letters in the key (a, b, ...), 2 to 8; 4 by default (8**4 = 4096 keys).
     questions: questions (turns) per instance, 1 to 8.
     hard_share: probability that an instance is hard (3 named letters a question, not 2): the reward-spread knob.
+    easy_letters: letters an easy question names, 1 or 2 (1: the answer stands in the observation).
+        With 1 the answer is the named letter's symbol: a policy can answer without reasoning, so reasoning is
+        reward-neutral on easy instances and needed only on hard ones (studies/mechanism).
     noise: probability that a valid answer is replaced by a random symbol.
     split: ``train``, ``validation`` (disjoint key sets) or ``all``; set by the trainer.
     validation_share: share of all keys reserved for the validation split.
@@ -56,7 +59,7 @@ from mirl.envs.registry import register
 
 MOD = 8
 LETTERS = "abcdefgh"
-EASY, HARD = 2, 3  # letters named per question
+EASY, HARD = 2, 3  # letters named per question (easy_letters can make easy questions name 1)
 SUM_WORD = "s"  # the partial-sum marker of grounded reasoning
 # words of the template reasoning: fluent-looking, varied, and the same whatever the key and question
 TEMPLATE_WORDS = (
@@ -148,6 +151,7 @@ class KeySumEnv(TextEnv):
         questions: int = 2,
         hard_share: float = 0.0,
         noise: float = 0.0,
+        easy_letters: int = EASY,
         split: str = "all",
         validation_share: float = 0.2,
     ) -> None:
@@ -165,12 +169,15 @@ class KeySumEnv(TextEnv):
                 f"validation_share={validation_share} leaves {reserved} of {MOD**key_size} keys for validation; "
                 "each split needs at least one key: use a share between 0.05 and 0.95"
             )
+        if easy_letters not in (1, EASY):
+            raise ValueError(f"easy_letters must be 1 or {EASY}, got {easy_letters}; use easy_letters=1 or 2")
         if split not in ("train", "validation", "all"):
             raise ValueError(f"split must be 'train', 'validation' or 'all', got {split!r}")
         if hard_share > 0 and key_size < HARD:
             raise ValueError(f"hard questions name {HARD} letters; key_size must be >= {HARD}, got {key_size}")
         self.key_size, self.num_questions, self.hard_share = key_size, questions, float(hard_share)
         self.noise, self.split, self.validation_share = float(noise), split, float(validation_share)
+        self.easy_letters = int(easy_letters)
         self.key: dict[str, int] | None = None
 
     @property
@@ -189,7 +196,7 @@ class KeySumEnv(TextEnv):
                 break
         self.key = dict(zip(LETTERS, symbols, strict=False))
         self.hard = bool(self.np_random.random() < self.hard_share)
-        size = HARD if self.hard else EASY
+        size = HARD if self.hard else self.easy_letters
         self.asked = [
             "".join(LETTERS[int(i)] for i in self.np_random.permutation(self.key_size)[:size])
             for _ in range(self.num_questions)

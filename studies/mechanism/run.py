@@ -1,0 +1,232 @@
+"""Runs the mechanism study (studies/mechanism/README.md) in its registered order and commits each result as it ends.
+
+    python studies/mechanism/run.py gates                 # swap gate, warm-up, pilot gate, Floor seed 1
+    python studies/mechanism/run.py treatment --seeds 1-6  # every arm of seed 1, then seed 2, ... (resumable)
+
+Resumable: a run whose ``summary.json`` says finished in ``studies/results/mechanism/<arm>_s<seed>/`` is skipped, a
+run directory with a checkpoint is resumed, and a gate whose result is committed is not run again. ``treatment``
+refuses to start unless both gates passed. Each run trains into ``studies/runs/mechanism/`` (not under version
+control; the warm-up's trained policy is exported there as ``trained/``), copies ``config.yaml``, ``metrics.jsonl``,
+``summary.json`` and its log into the results folder and commits them; the CPU seconds of every child process are
+appended to ``cpu.jsonl`` beside them. Each training process uses one thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNS = ROOT / "studies" / "runs" / "mechanism"
+RESULTS = ROOT / "studies" / "results" / "mechanism"
+CONFIGS = ROOT / "configs" / "mechanism"
+TRAINED = RUNS / "trained"  # the warm-up's final policy: where every arm starts
+START = [f"model.name={TRAINED.relative_to(ROOT)}"]
+ORDER = ("b-low", "b-high", "f-low", "s-low", "r-only", "p-graded", "floor")
+# arm -> (config, overrides); S-low's regularisers are set per seed (s_low_overrides)
+ARMS = {
+    "b-low": ("b-low", START),
+    "b-high": ("b-low", [*START, "envs.0.options.hard_share=0.5"]),
+    "f-low": ("b-low", [*START, "filter.strategy=top_p", "filter.value=0.9"]),
+    "s-low": ("b-low", START),
+    "r-only": ("b-low", [*START, "algorithm.task_coef=0"]),
+    "p-graded": ("p-graded", START),
+    "floor": ("b-low", [*START, "algorithm.actor_lr=0", "trainer.iterations=50"]),
+    "warmup": ("warmup", []),
+    "pilot": ("b-low", [*START, "algorithm.task_coef=0", "trainer.iterations=50"]),
+}
+FLOOR_SEEDS = (1, 2, 3)
+KEPT = ("config.yaml", "metrics.jsonl", "summary.json")
+SWAP = {"instances": 64, "samples": 4}
+SWAP_GATE = "swap-v2"  # on keysum1-organism v2 (amendment); gates/swap.json holds v1's failure
+PILOT_SHARE, PILOT_WIDTH = 0.3, 5  # the pilot gate: a 5-iteration mean template share >= 0.3 within 50 iterations
+
+
+def finished(arm: str, seed: int) -> bool:
+    summary = RESULTS / f"{arm}_s{seed}" / "summary.json"
+    return summary.is_file() and json.loads(summary.read_text(encoding="utf-8")).get("status") == "finished"
+
+
+def git(*args: str) -> None:
+    subprocess.run(["git", *args], cwd=ROOT, check=True)
+
+
+def commit(paths: list[Path], message: str) -> None:
+    git("add", *map(str, paths))
+    git("commit", "-q", "-m", message, "--", *map(str, paths))
+
+
+def record_cpu(name: str, seconds: float, wall: float) -> Path:
+    """Append one line to ``cpu.jsonl``: the CPU seconds (user + system) of the finished child processes."""
+    ledger = RESULTS / "cpu.jsonl"
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    with ledger.open("a", encoding="utf-8") as out:
+        out.write(json.dumps({"run": name, "cpu_s": round(seconds, 1), "wall_s": round(wall, 1)}) + "\n")
+    return ledger
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def s_low_overrides(seed: int) -> list[str]:
+    """B-low's regularisers scaled by F-low's mean kept share of the same seed."""
+    import yaml
+
+    base = yaml.safe_load((CONFIGS / "b-low.yaml").read_text(encoding="utf-8"))["algorithm"]
+    lines = (RESULTS / f"f-low_s{seed}" / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    kept = [json.loads(line)["filter/kept_ratio"] for line in lines if line.strip()]
+    share = sum(kept) / len(kept)
+    return [
+        f"algorithm.entropy_coef={base['entropy_coef'] * share:.6g}",
+        f"algorithm.kl_coef={base['kl_coef'] * share:.6g}",
+    ]
+
+
+def train(arm: str, seed: int) -> None:
+    """Train one (arm, seed), copy its files into the results and commit them with its CPU time."""
+    name = f"{arm}_s{seed}"
+    run_dir, log = RUNS / name, RUNS / f"{name}.log"
+    RUNS.mkdir(parents=True, exist_ok=True)
+    mirl = [sys.executable, "-m", "mirl.cli", "train", "--no-report"]  # the report is not kept: its CPU is saved
+    if (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").iterdir()):
+        command = [*mirl, "--resume", str(run_dir)]
+    else:
+        config, overrides = ARMS[arm]
+        overrides = overrides + (s_low_overrides(seed) if arm == "s-low" else [])
+        shutil.rmtree(run_dir, ignore_errors=True)
+        command = [*mirl, str(CONFIGS / f"{config}.yaml"), f"trainer.seed={seed}", f"trainer.name={name}",
+                   f"trainer.output_dir={RUNS}", *overrides]  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    before, started = children_cpu(), time.perf_counter()
+    with log.open("a", encoding="utf-8") as out:
+        status = subprocess.run(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, check=False)
+    if status.returncode != 0:
+        raise RuntimeError(f"{name} exited {status.returncode}; see {log}")
+    target = RESULTS / name
+    target.mkdir(parents=True, exist_ok=True)
+    for file in KEPT:
+        shutil.copyfile(run_dir / file, target / file)
+    shutil.copyfile(log, target / "train.log")
+    ledger = record_cpu(name, children_cpu() - before, time.perf_counter() - started)
+    commit([target, ledger], f"Mechanism study: {name} finished; its config, summary, metrics, log and CPU time")
+
+
+def swap_gate() -> dict:
+    """Easy success per question after a fixed template >= 0.9, hard <= 0.2 (the solver's reasoning reported)."""
+    from mirl.lab.swap import swap_success
+    from mirl.policy.hf import HFPolicy
+
+    policy = HFPolicy.load("keysum1-organism", device="cpu")
+    numbers = {
+        "easy_template": swap_success(policy, "template", hard_share=0.0, easy_letters=1, **SWAP),
+        "hard_template": swap_success(policy, "template", hard_share=1.0, easy_letters=1, **SWAP),
+        "hard_solver": swap_success(policy, "solver", hard_share=1.0, easy_letters=1, **SWAP),
+        "easy_own": swap_success(policy, "own", hard_share=0.0, easy_letters=1, **SWAP),
+        "hard_own": swap_success(policy, "own", hard_share=1.0, easy_letters=1, **SWAP),
+    }
+    passed = numbers["easy_template"] >= 0.9 and numbers["hard_template"] <= 0.2
+    return numbers | {
+        "answers_each": 2 * SWAP["instances"] * SWAP["samples"],
+        "verdict": "passes" if passed else "fails",
+    }
+
+
+def pilot_gate() -> dict:
+    """The pilot's template share: its highest 5-iteration mean within 50 iterations, against 0.3."""
+    lines = (RESULTS / "pilot_s0" / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    share = [json.loads(line)["reasoning/template_frac"] for line in lines if line.strip()][:50]
+    means = [sum(share[i - PILOT_WIDTH : i]) / PILOT_WIDTH for i in range(PILOT_WIDTH, len(share) + 1)]
+    start = json.loads((RESULTS / "warmup_s0" / "metrics.jsonl").read_text().splitlines()[-1])[
+        "reasoning/template_frac"
+    ]
+    verdict = "passes" if means and max(means) >= PILOT_SHARE else "fails"
+    return {"warmup_final_template": start, "highest_5_iteration_mean": max(means), "first": share[:5],
+            "last": share[-5:], "verdict": verdict}  # fmt: skip
+
+
+def export_trained() -> None:
+    """The warm-up run's final policy as an ordinary model directory (where every arm starts)."""
+    from mirl import load_config
+    from mirl.trainer.run import load_trained_policy
+
+    if (TRAINED / "config.json").is_file():
+        return
+    run_dir = RUNS / "warmup_s0"
+    policy = load_trained_policy(run_dir, load_config(run_dir / "config.yaml", [], saved=True))
+    policy.save(TRAINED)
+
+
+def gate(name: str, compute) -> dict:
+    path = RESULTS / "gates" / f"{name}.json"
+    if path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))
+    before, started = children_cpu() + _self_cpu(), time.perf_counter()
+    result = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    ledger = record_cpu(f"gate-{name}", children_cpu() + _self_cpu() - before, time.perf_counter() - started)
+    commit([path, ledger], f"Mechanism study: the {name} gate {result['verdict']}")
+    return result
+
+
+def _self_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def gates() -> bool:
+    if gate(SWAP_GATE, swap_gate)["verdict"] != "passes":
+        print("the swap gate failed: the task does not separate easy from hard; no treatment run", file=sys.stderr)
+        return False
+    for arm in ("warmup", "pilot"):
+        if arm == "pilot":
+            export_trained()
+        if not finished(arm, 0):
+            train(arm, 0)
+    if gate("pilot", pilot_gate)["verdict"] != "passes":
+        print("the pilot gate failed: the regulariser does not bring templates back; no treatment run", file=sys.stderr)
+        return False
+    if not finished("floor", 1):
+        train("floor", 1)
+    return True
+
+
+def treatment(seeds: list[int]) -> int:
+    for name in (SWAP_GATE, "pilot"):
+        path = RESULTS / "gates" / f"{name}.json"
+        if not path.is_file() or json.loads(path.read_text())["verdict"] != "passes":
+            print(f"the {name} gate has not passed; run `python studies/mechanism/run.py gates` first", file=sys.stderr)
+            return 2
+    export_trained()
+    for seed in seeds:
+        for arm in ORDER:
+            if (arm == "floor" and seed not in FLOOR_SEEDS) or finished(arm, seed):
+                continue
+            print(f"start {arm}_s{seed}", flush=True)
+            train(arm, seed)
+            print(f"done {arm}_s{seed}", flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("stage", choices=("gates", "treatment"))
+    parser.add_argument("--seeds", default="1-6", help="first-last, paired-seed order")
+    args = parser.parse_args(argv)
+    if args.stage == "gates":
+        return 0 if gates() else 1
+    first, _, last = args.seeds.partition("-")
+    return treatment(list(range(int(first), int(last or first) + 1)))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
