@@ -293,7 +293,8 @@ def test_first_lines_name_the_regime_degeneration_and_wrong_but_grounded(browser
     run (template collapse), B-low (grounded), F-low seed 9 (wrong but grounded), the quickstart run, and a run
     whose replies broke down (degenerate, never template collapse)."""
     quickstart = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "quickstart_run"
-    sources = {name: ORGANISM / name for name in ("p_s0", "b-low_s0", "f-low_s9")} | {"quickstart": quickstart}
+    organism = ("p_s0", "b-low_s0", "f-low_s9", "reg-only_s97")
+    sources = {name: ORGANISM / name for name in organism} | {"quickstart": quickstart}
     runs = {}
     for name, source in sources.items():
         runs[name] = tmp_path / name
@@ -315,6 +316,9 @@ def test_first_lines_name_the_regime_degeneration_and_wrong_but_grounded(browser
     assert strips["b-low_s0"].split()[0] == "healthy" and "compressed grounded" in strips["b-low_s0"]
     assert "wrong but grounded" in strips["f-low_s9"] and "no longer leads to success" in strips["f-low_s9"]
     assert strips["quickstart"].split()[0] == "unhealthy" and "no reasoning" in strips["quickstart"]
+    regularised = strips["reg-only_s97"]  # the committed run trained on the regularisers alone
+    assert regularised.split()[0] == "unhealthy" and "degenerate (trajectory)" in regularised
+    assert "template collapse (trajectory)" not in regularised  # named only as what it is not
     degenerate = strips["degenerate"]
     assert degenerate.split()[0] == "unhealthy" and "degenerate (trajectory)" in degenerate
     assert "template collapse (trajectory)" not in degenerate and "as format validity fell" in degenerate

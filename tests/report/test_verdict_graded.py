@@ -73,3 +73,19 @@ def test_compare_rows_show_degeneration_and_the_graded_share(tmp_path):
     html = verdict_table([write(tmp_path, broken, name="a"), write(tmp_path, graded_run, name="b")], ["a", "b"])
     assert "<th>alarm</th>" in html and "<th>reasoning</th>" in html
     assert "degenerate (trajectory)" in html and "off (agnostic share 0.25 at iteration 3)" in html
+
+
+def test_the_committed_regulariser_only_run_reads_degenerate_never_template_collapse():
+    """The organism trained on its regularisers alone (studies/lab/run.py --arms reg-only --seeds 97: the task term
+    off, 40 iterations): its replies break down, and the verdict names that degeneration, not template collapse."""
+    from pathlib import Path
+
+    from mirl.report import read_run
+
+    run = Path(__file__).resolve().parents[2] / "studies" / "results" / "lab" / "reg-only_s97"
+    result = verdict(read_run(run))
+    assert result.regime == "degenerate" and result.health == "unhealthy"
+    assert result.fact("regime").value == "degenerate (trajectory)"
+    onset = result.fact("collapse onset")
+    assert onset is None or "degeneration" in onset.value
+    assert all("template collapse" not in fact.value for fact in result.facts)
