@@ -82,6 +82,8 @@ def test_every_readme_command_runs(commands, tmp_path, model_dir, monkeypatch, c
             named = {"runs/NAME": made[0], "runs/A": made[0], "runs/B": made[1]}
             args = [str(named.get(a, a)) for a in args]
             args += ["validation.num_instances=2"] if verb == "eval" else []
+            if verb == "compare":
+                monkeypatch.chdir(tmp_path)  # compare writes ./compare.html: never into the checkout
         elif verb == "sweep":
             args = [str(ROOT / args[0]), *args[1:], "--dry-run"]
         elif verb == "analyze":
