@@ -213,7 +213,10 @@ def test_compare_of_a_huge_metrics_file_reads_a_bounded_part(tmp_path):
         "code = main(['compare', *sys.argv[1:]])\n"
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, code)\n"
     )
-    done = subprocess.run([sys.executable, "-c", script, *runs], capture_output=True, text=True, timeout=600)
+    # in its own folder: compare writes ./compare.html, never into the checkout
+    done = subprocess.run(
+        [sys.executable, "-c", script, *runs], capture_output=True, text=True, timeout=600, cwd=tmp_path
+    )
     peak_mb, code = map(int, done.stdout.strip().splitlines()[-1].split())
     print(f"compare of two 192 MiB metrics files: peak {peak_mb} MB")
     assert code == 0 and "Traceback" not in done.stderr
