@@ -79,10 +79,16 @@ def finished(arm: str, seed: int) -> bool:
 
 def s_low_overrides(seed: int) -> list[str]:
     """B-low's regularisers scaled by F-low's mean kept share of the same seed."""
+    return scaled_regularisers(ROOT / "configs" / "lab" / "b-low.yaml", RESULTS / f"f-low_s{seed}" / "metrics.jsonl")
+
+
+def scaled_regularisers(config: Path, metrics: Path) -> list[str]:
+    """Overrides setting ``config``'s entropy and KL coefficients times the mean ``filter/kept_ratio`` in ``metrics``
+    (S-low: B-low's regularisers at F-low's kept share; studies/mechanism reuses it)."""
     import yaml
 
-    base = yaml.safe_load((ROOT / "configs" / "lab" / "b-low.yaml").read_text(encoding="utf-8"))["algorithm"]
-    lines = (RESULTS / f"f-low_s{seed}" / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    base = yaml.safe_load(config.read_text(encoding="utf-8"))["algorithm"]
+    lines = metrics.read_text(encoding="utf-8").splitlines()
     kept = [json.loads(line)["filter/kept_ratio"] for line in lines if line.strip()]
     share = sum(kept) / len(kept)
     return [

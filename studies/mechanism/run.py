@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # studies.lab.run: the organism study's helpers
 RUNS = ROOT / "studies" / "runs" / "mechanism"
 RESULTS = ROOT / "studies" / "results" / "mechanism"
 CONFIGS = ROOT / "configs" / "mechanism"
@@ -78,17 +80,10 @@ def children_cpu() -> float:
 
 
 def s_low_overrides(seed: int) -> list[str]:
-    """B-low's regularisers scaled by F-low's mean kept share of the same seed."""
-    import yaml
+    """B-low's regularisers scaled by F-low's mean kept share of the same seed (the organism study's rule)."""
+    from studies.lab.run import scaled_regularisers
 
-    base = yaml.safe_load((CONFIGS / "b-low.yaml").read_text(encoding="utf-8"))["algorithm"]
-    lines = (RESULTS / f"f-low_s{seed}" / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
-    kept = [json.loads(line)["filter/kept_ratio"] for line in lines if line.strip()]
-    share = sum(kept) / len(kept)
-    return [
-        f"algorithm.entropy_coef={base['entropy_coef'] * share:.6g}",
-        f"algorithm.kl_coef={base['kl_coef'] * share:.6g}",
-    ]
+    return scaled_regularisers(CONFIGS / "b-low.yaml", RESULTS / f"f-low_s{seed}" / "metrics.jsonl")
 
 
 def train(arm: str, seed: int) -> None:
