@@ -209,7 +209,10 @@ def run_diagnose(args: argparse.Namespace) -> int:
     run_settings(Path(args.rollouts), args)
     # a bad file fails here, before a model is loaded
     fmt, records = load_records(args.rollouts, args.format, fields=fields, below=below)
-    _fit_threads()
+    from mirl.cli.threads import fit_threads
+
+    if note := fit_threads():  # fewer torch threads when other work holds some of the cores, said on stderr
+        print(f"mirl diagnose: {note}", file=sys.stderr)
     policy = load_policy(args.model, device=args.device, dtype=args.dtype, max_batch_tokens=args.max_batch_tokens)
     report = diagnose_records(
         args.rollouts,
@@ -234,15 +237,6 @@ def run_diagnose(args: argparse.Namespace) -> int:
 
         atomic_write_text(args.out, json.dumps(report, indent=2) + "\n")
     return 0
-
-
-def _fit_threads() -> None:
-    """Fewer torch threads when other work holds some of the cores (:mod:`mirl.cli.threads`), said on stderr."""
-    from mirl.cli.threads import fit_threads
-
-    note = fit_threads()
-    if note:
-        print(f"mirl diagnose: {note}", file=sys.stderr)
 
 
 def _image_loader(path, policy):
