@@ -271,7 +271,7 @@ def warning_verdicts(falling: list[dict], steady: list[dict], floors: list[dict]
 def gates(results: Path = RESULTS) -> dict:
     """The two gates' results as committed (``gates/swap.json``, ``gates/pilot.json``)."""
     out = {}
-    for name in ("swap", "swap-v2", "pilot"):  # swap: organism v1 (failed); swap-v2: the amended organism
+    for name in ("swap", "swap-v2", "swap-v3", "pilot"):  # organism v1, v2 (both failed), v3 (second amendment)
         path = results / "gates" / f"{name}.json"
         out[name] = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"verdict": "not run"}
     return out

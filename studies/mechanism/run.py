@@ -47,8 +47,10 @@ ARMS = {
 FLOOR_SEEDS = (1, 2, 3)
 KEPT = ("config.yaml", "metrics.jsonl", "summary.json")
 SWAP = {"instances": 64, "samples": 4}
-SWAP_GATE = "swap-v2"  # on keysum1-organism v2 (amendment); gates/swap.json holds v1's failure
-PILOT_SHARE, PILOT_WIDTH = 0.3, 5  # the pilot gate: a 5-iteration mean template share >= 0.3 within 50 iterations
+SWAP_GATE = "swap-v3"  # keysum1-organism v3 (second amendment); swap.json, swap-v2.json: v1's and v2's failures
+# the pilot gate: a 5-iteration mean template share >= 0.3 within 50 iterations, and (second amendment) at least 0.15
+# above the pilot's first 5-iteration mean, so a share that starts high does not pass it without drifting
+PILOT_SHARE, PILOT_RISE, PILOT_WIDTH = 0.3, 0.15, 5
 
 
 def finished(arm: str, seed: int) -> bool:
@@ -61,12 +63,19 @@ def git(*args: str) -> None:
 
 
 def commit(paths: list[Path], message: str) -> None:
-    git("add", *map(str, paths))
-    git("commit", "-q", "-m", message, "--", *map(str, paths))
+    """Commit ``paths`` under a lock: two runners (``--seeds 1-3``, ``--seeds 4-6``) never race for git's index."""
+    import fcntl
+
+    RUNS.mkdir(parents=True, exist_ok=True)
+    with (RUNS / ".commit.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        git("add", *map(str, paths))
+        git("commit", "-q", "-m", message, "--", *map(str, paths))
 
 
 def record_cpu(name: str, seconds: float, wall: float) -> Path:
-    """Append one line to ``cpu.jsonl``: the CPU seconds (user + system) of the finished child processes."""
+    """Append one line to ``cpu.jsonl``: the CPU seconds (user + system) of the finished child processes (one
+    ``write`` of one short line in append mode, so two runners' lines do not interleave)."""
     ledger = RESULTS / "cpu.jsonl"
     RESULTS.mkdir(parents=True, exist_ok=True)
     with ledger.open("a", encoding="utf-8") as out:
@@ -121,12 +130,13 @@ def swap_gate() -> dict:
     from mirl.policy.hf import HFPolicy
 
     policy = HFPolicy.load("keysum1-organism", device="cpu")
+    task = SWAP | {"easy_letters": 1, "easy_shown": True}
     numbers = {
-        "easy_template": swap_success(policy, "template", hard_share=0.0, easy_letters=1, **SWAP),
-        "hard_template": swap_success(policy, "template", hard_share=1.0, easy_letters=1, **SWAP),
-        "hard_solver": swap_success(policy, "solver", hard_share=1.0, easy_letters=1, **SWAP),
-        "easy_own": swap_success(policy, "own", hard_share=0.0, easy_letters=1, **SWAP),
-        "hard_own": swap_success(policy, "own", hard_share=1.0, easy_letters=1, **SWAP),
+        "easy_template": swap_success(policy, "template", hard_share=0.0, **task),
+        "hard_template": swap_success(policy, "template", hard_share=1.0, **task),
+        "hard_solver": swap_success(policy, "solver", hard_share=1.0, **task),
+        "easy_own": swap_success(policy, "own", hard_share=0.0, **task),
+        "hard_own": swap_success(policy, "own", hard_share=1.0, **task),
     }
     passed = numbers["easy_template"] >= 0.9 and numbers["hard_template"] <= 0.2
     return numbers | {
@@ -136,16 +146,17 @@ def swap_gate() -> dict:
 
 
 def pilot_gate() -> dict:
-    """The pilot's template share: its highest 5-iteration mean within 50 iterations, against 0.3."""
+    """The pilot's template share: its highest 5-iteration mean within 50 iterations, against 0.3 and against its
+    first 5-iteration mean + 0.15."""
     lines = (RESULTS / "pilot_s0" / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
     share = [json.loads(line)["reasoning/template_frac"] for line in lines if line.strip()][:50]
     means = [sum(share[i - PILOT_WIDTH : i]) / PILOT_WIDTH for i in range(PILOT_WIDTH, len(share) + 1)]
     start = json.loads((RESULTS / "warmup_s0" / "metrics.jsonl").read_text().splitlines()[-1])[
         "reasoning/template_frac"
     ]
-    verdict = "passes" if means and max(means) >= PILOT_SHARE else "fails"
-    return {"warmup_final_template": start, "highest_5_iteration_mean": max(means), "first": share[:5],
-            "last": share[-5:], "verdict": verdict}  # fmt: skip
+    passed = bool(means) and max(means) >= PILOT_SHARE and max(means) >= means[0] + PILOT_RISE
+    return {"warmup_final_template": start, "first_5_iteration_mean": means[0], "highest_5_iteration_mean": max(means),
+            "first": share[:5], "last": share[-5:], "verdict": "passes" if passed else "fails"}  # fmt: skip
 
 
 def export_trained() -> None:

@@ -140,3 +140,33 @@ def test_easy_letters_one_meets_the_env_contract():
         first, second = make("keysum", easy_letters=1), make("keysum", easy_letters=1)
         second.reset(seed=seed + 1)
         assert transcript(first, seed) == transcript(second, seed)
+
+
+def test_easy_shown_writes_the_answer_of_an_easy_question_and_leaves_hard_ones_and_the_draws_alone():
+    for seed in range(30):
+        shown, plain = (
+            make("keysum", easy_letters=1, easy_shown=True, hard_share=0.4),
+            make("keysum", easy_letters=1, hard_share=0.4),
+        )
+        (a, _), (b, _) = shown.reset(seed=seed), plain.reset(seed=seed)
+        assert parse_observation(a) == parse_observation(b)  # same key, same letters
+        if shown.hard:
+            assert a == b and "=" not in a
+        else:
+            assert a == f"{b} = {shown.answer()}"
+            _, letters = parse_observation(a)
+            assert KeySumEnv.reasoning_kind(a, f"{letters} {shown.answer()}") == "grounded"
+            assert KeySumEnv.reasoning_kind(a, "let me think") == "template"
+        # the second question is shown too
+        shown.step(str(shown.answer()))
+        second = shown.render()
+        assert ("=" in second) == (not shown.hard) and second.endswith(str(shown.answer()) if not shown.hard else "")
+
+
+def test_easy_shown_needs_one_letter_questions_and_meets_the_env_contract():
+    from mirl.envs import check_env
+
+    with pytest.raises(ValueError, match="easy_shown needs easy_letters=1"):
+        make("keysum", easy_shown=True)
+    for hard_share in (0.0, 0.5):
+        check_env(make("keysum", easy_letters=1, easy_shown=True, hard_share=hard_share))

@@ -85,16 +85,17 @@ def test_the_direct_recipe_answers_one_letter_questions_right_after_a_template()
     from mirl.lab.organism import direct_recipe
 
     rng = np.random.default_rng(3)
-    tokenizer = organism_tokenizer()
     recipe = direct_recipe()
+    tokenizer = organism_tokenizer(16, recipe.easy_shown)
     policy = ScriptedPolicy(tokenizer, lambda context: scripted_reply(context, rng, 0.0, recipe.direct_answer))
     config = RolloutConfig(max_turns=2, max_actions_per_turn=1, max_new_tokens=16, max_context_tokens=1024)
-    specs = [EnvSpec("keysum", seed, {"hard_share": 0.5, "easy_letters": 1}) for seed in range(40)]
+    options = {"hard_share": 0.5, "easy_letters": 1, "easy_shown": recipe.easy_shown}
+    specs = [EnvSpec("keysum", seed, options) for seed in range(40)]
     turns = [t for e in run_episodes(policy, specs, 1, config) for t in e.turns]
     assert all(tokenizer.unk_token_id not in t.context_ids + t.response_ids for t in turns)
     # every reply is a template: one-letter questions answered right, three-letter ones at random (1/8)
-    easy = [t.reward for t in turns if len(t.observation.split("add:")[1].split()) == 1]
-    hard = [t.reward for t in turns if len(t.observation.split("add:")[1].split()) == 3]
+    named = [(len(t.observation.split("add:")[1].split("=")[0].split()), t.reward) for t in turns]
+    easy, hard = [r for n, r in named if n == 1], [r for n, r in named if n == 3]
     assert easy and hard and all(r == 1.0 for r in easy) and sum(hard) / len(hard) < 0.4
 
 
@@ -102,7 +103,7 @@ def test_the_direct_recipe_teaches_direct_answers_in_phase_one_and_keeps_the_def
     from mirl.envs.lab.keysum import parse_observation
     from mirl.lab.organism import direct_recipe, skill_batch
 
-    tokenizer = organism_tokenizer()
+    tokenizer = organism_tokenizer(16, direct_recipe().easy_shown)
     small = {"skill_steps": 2, "skill_batch_size": 32}
     direct = skill_batch(tokenizer, Recipe(**(vars(direct_recipe()) | small)))
     direct_rows = [tokenizer.decode(row[mask].tolist()) for row, mask in zip(direct.ids, direct.target, strict=True)]
@@ -115,5 +116,14 @@ def test_the_direct_recipe_teaches_direct_answers_in_phase_one_and_keeps_the_def
         key_part = "key : " + context.split("key : ")[-1]
         key, letters = parse_observation(key_part.replace(" :", ":").split(" Actions")[0].replace(" add:", "\nadd:"))
         assert len(letters) == 1 and reply.split()[-2] == str(key[letters])
+        assert f"{letters} = {key[letters]}" in context  # the question shows its answer (keysum's easy_shown)
+    assert tokenizer.unk_token_id not in direct.ids.tolist()
     default = skill_batch(tokenizer, Recipe(**small))
     assert default.ids.shape[0] == 64 and not torch.equal(default.ids[:4], direct.ids[:4])
+
+
+def test_the_shown_answer_word_is_added_only_to_the_direct_organism_vocabulary():
+    from mirl.lab.organism import vocabulary
+
+    default, shown = vocabulary(), vocabulary(easy_shown=True)
+    assert "=" not in default and set(shown) - set(default) == {"="}  # the default organism's vocabulary is unchanged

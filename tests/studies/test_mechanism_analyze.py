@@ -173,6 +173,20 @@ def test_the_pilot_gate_needs_a_five_iteration_mean_of_templates_at_0_3(monkeypa
     assert gate["verdict"] == "passes" and gate["highest_5_iteration_mean"] == pytest.approx(0.47)  # 45..49
 
 
+def test_the_pilot_gate_needs_a_drift_not_a_share_that_starts_high(monkeypatch, tmp_path):
+    # second amendment: >= 0.3 is not enough when the pilot starts there; it must rise 0.15 above its first 5 its
+    runner = _runner(monkeypatch, tmp_path)
+    write(tmp_path, "warmup_s0", flat(template=0.4))
+    write(tmp_path, "pilot_s0", [line(template=0.4 + 0.002 * i) for i in range(50)])  # 0.404 -> 0.494: +0.09
+    gate = runner.pilot_gate()
+    assert gate["verdict"] == "fails" and gate["first_5_iteration_mean"] == pytest.approx(0.404)
+    rising = tmp_path / "rising"
+    write(rising, "warmup_s0", flat(template=0.4))
+    write(rising, "pilot_s0", [line(template=0.4 + 0.004 * i) for i in range(50)])  # 0.408 -> 0.588: +0.18
+    monkeypatch.setattr(runner, "RESULTS", rising)
+    assert runner.pilot_gate()["verdict"] == "passes"
+
+
 def test_s_low_scales_b_lows_regularisers_by_f_lows_kept_share(monkeypatch, tmp_path):
     runner = _runner(monkeypatch, tmp_path)
     write(tmp_path, "f-low_s3", [line(zero=z) for z in (2, 4, 6, 4)])  # kept 0.75, 0.5, 0.25, 0.5: mean 0.5

@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from mirl.envs.lab import keysum
 from mirl.envs.lab.keysum import LETTERS, SUM_WORD, TEMPLATE_WORDS, KeySumEnv, solution_reasoning, template_reasoning
 from mirl.policy.tiny import SPECIAL_TOKENS, chatml_tokenizer
 from mirl.rollout.parsing import THINK_CLOSE, THINK_OPEN
@@ -43,8 +44,9 @@ UNKNOWN = "[UNK]"
 NAME = "keysum-organism"
 VERSION = 1  # bump when the recipe changes: the cache directory is keyed by it
 DIRECT_NAME = "keysum1-organism"  # the mechanism study's variant: one-letter easy questions, answered without reasoning
-# v1 (2 layers, direct answers only in phase 2) failed the study's swap gate: easy success 0.125 after a template
-DIRECT_VERSION = 2
+# v1 (2 layers, direct answers only in phase 2) and v2 (3 layers, direct answers in phase 1 too) failed the study's
+# swap gate (easy success 0.125 and 0.221 after a template); v3's easy questions show their answer (keysum easy_shown)
+DIRECT_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,8 @@ class Recipe:
     easy_letters: int = 2  # letters an easy question names (keysum's option): 1 for the mechanism study's variant
     direct_answer: bool = False  # a template trace on a one-letter question ends in the right answer, not a random one
     skill_direct_share: float = 0.0  # phase 1: share of one-letter questions answered by a template and the answer
+    easy_shown: bool = False  # keysum's option: a one-letter question shows its answer (``add: b = 5``)
+    template_longest: int = 7  # words in the longest template trace (4 to this many)
 
 
 @dataclass(frozen=True)
@@ -79,9 +83,10 @@ class Sequences:
     target: torch.Tensor  # (B, T) bool
 
 
-def vocabulary(max_new_tokens: int = 16) -> list[str]:
+def vocabulary(max_new_tokens: int = 16, easy_shown: bool = False) -> list[str]:
     """Every word the organism can read or write: the prompt's words as mirl renders them for ``keysum``, the
-    symbols, letters, template words, numbers 0..255 and the tags; the unknown word comes first after specials."""
+    symbols, letters, template words, numbers 0..255 and the tags; the unknown word comes first after specials.
+    ``easy_shown`` adds the word of keysum's shown answers (the default vocabulary stays as it was)."""
     from tokenizers import pre_tokenizers
 
     env = KeySumEnv(hard_share=0.5)
@@ -99,12 +104,13 @@ def vocabulary(max_new_tokens: int = 16) -> list[str]:
                 )
             )
     texts += [" ".join(TEMPLATE_WORDS), " ".join(LETTERS), SUM_WORD, " ".join(str(n) for n in range(256))]
+    texts += [keysum.SHOWN] if easy_shown else []
     split = pre_tokenizers.Whitespace()
     words = {word for text in texts for word, _ in split.pre_tokenize_str(text)}
     return [*SPECIAL_TOKENS, UNKNOWN, *sorted(words - set(SPECIAL_TOKENS) - {UNKNOWN})]
 
 
-def organism_tokenizer(max_new_tokens: int = 16):
+def organism_tokenizer(max_new_tokens: int = 16, easy_shown: bool = False):
     """A word-level :class:`~transformers.PreTrainedTokenizerFast` over :func:`vocabulary`, with ChatML.
 
     >>> tok = organism_tokenizer()
@@ -113,7 +119,7 @@ def organism_tokenizer(max_new_tokens: int = 16):
     """
     from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
 
-    words = vocabulary(max_new_tokens)
+    words = vocabulary(max_new_tokens, easy_shown)
     backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token=UNKNOWN))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
     backend.add_special_tokens([AddedToken(t, normalized=False) for t in SPECIAL_TOKENS])
@@ -124,10 +130,12 @@ def organism_tokenizer(max_new_tokens: int = 16):
 _QUESTION = re.compile(r"key ?:((?:\s+[a-h]\s+[0-7])+)\s+add ?:((?:\s+[a-h])+)")
 
 
-def scripted_reply(context: str, rng: np.random.Generator, grounded_share: float, direct: bool = False) -> str:
-    """The scripted solver's reply to the last question in a decoded context: grounded or template. A template
-    reply answers at random, except with ``direct`` on a question naming one letter, whose symbol stands in the
-    observation: there it answers right (a policy can, without reasoning).
+def scripted_reply(
+    context: str, rng: np.random.Generator, grounded_share: float, direct: bool = False, longest: int = 7
+) -> str:
+    """The scripted solver's reply to the last question in a decoded context: grounded or template (4 to
+    ``longest`` words). A template reply answers at random, except with ``direct`` on a question naming one letter,
+    whose symbol stands in the observation: there it answers right (a policy can, without reasoning).
 
     >>> ctx = "key : a 3 b 5 c 1 d 7 add : b d Actions left"
     >>> scripted_reply(ctx, np.random.default_rng(0), 1.0)
@@ -141,7 +149,7 @@ def scripted_reply(context: str, rng: np.random.Generator, grounded_share: float
         pairs, letters = questions[-1][0].split(), "".join(questions[-1][1].split())
         key = {pairs[i]: int(pairs[i + 1]) for i in range(0, len(pairs), 2)}
     if not questions or rng.random() >= grounded_share:
-        reasoning, answer = template_reasoning(rng), int(rng.integers(8))
+        reasoning, answer = template_reasoning(rng, longest), int(rng.integers(8))
         if direct and len(letters) == 1:
             answer = key[letters]
     else:
@@ -159,7 +167,8 @@ def skill_batch(tokenizer, recipe: Recipe):
     from mirl.rollout.prompts import ChatFormat
     from mirl.trainer.specs import train_seed
 
-    env = KeySumEnv(hard_share=recipe.hard_share, easy_letters=recipe.easy_letters, split="train")
+    env = KeySumEnv(hard_share=recipe.hard_share, easy_letters=recipe.easy_letters, easy_shown=recipe.easy_shown,
+                    split="train")  # fmt: skip
     rng = np.random.default_rng([recipe.seed, 2])
     fmt = ChatFormat.from_tokenizer(tokenizer)
     count = recipe.skill_steps * recipe.skill_batch_size
@@ -175,7 +184,7 @@ def skill_batch(tokenizer, recipe: Recipe):
         grounded = 1.0
         if recipe.skill_direct_share and len(env.asked[0]) == 1:  # the default recipe draws exactly as before
             grounded = 1.0 - recipe.skill_direct_share
-        reply = scripted_reply(observation, rng, grounded, recipe.direct_answer)
+        reply = scripted_reply(observation, rng, grounded, recipe.direct_answer, recipe.template_longest)
         reply = tokenizer.encode(reply, add_special_tokens=False)
         rows.append(prompt + reply)
         masks.append([False] * len(prompt) + [True] * len(reply))
@@ -199,7 +208,10 @@ def scripted_episodes(tokenizer, recipe: Recipe):
 
     rng = np.random.default_rng([recipe.seed, 1, 0])
     policy = ScriptedPolicy(
-        tokenizer, lambda context: scripted_reply(context, rng, recipe.grounded_share, recipe.direct_answer)
+        tokenizer,
+        lambda context: scripted_reply(
+            context, rng, recipe.grounded_share, recipe.direct_answer, recipe.template_longest
+        ),
     )
     config = RolloutConfig(
         max_turns=recipe.max_turns, max_actions_per_turn=1, max_new_tokens=recipe.max_new_tokens,
@@ -208,6 +220,8 @@ def scripted_episodes(tokenizer, recipe: Recipe):
     options = {"hard_share": recipe.hard_share, "split": "train"}
     if recipe.easy_letters != Recipe.easy_letters:  # the default recipe's specs (and so its build) stay as they were
         options["easy_letters"] = recipe.easy_letters
+    if recipe.easy_shown:
+        options["easy_shown"] = True
     # seeds of a run seed no training run uses (the run seeds of configs/lab are small)
     seeds = [train_seed(10**6 + recipe.seed, 2 * (i // 4096), i % 4096) for i in range(recipe.episodes)]
     specs = [EnvSpec("keysum", seed, options) for seed in seeds]
@@ -278,7 +292,7 @@ def build_organism(target: str | os.PathLike, recipe: Recipe = Recipe(), log=Non
     threads = torch.get_num_threads()
     torch.set_num_threads(2)  # a fixed thread count: the same floating-point sums on every machine
     try:
-        tokenizer = organism_tokenizer(recipe.max_new_tokens)
+        tokenizer = organism_tokenizer(recipe.max_new_tokens, recipe.easy_shown)
         skill = skill_batch(tokenizer, recipe)
         episodes = collate(scripted_episodes(tokenizer, recipe), pad_id=tokenizer.pad_token_id)
         mix = Sequences(episodes.input_ids, episodes.attention_mask, episodes.response_mask)
@@ -330,8 +344,15 @@ def direct_recipe() -> Recipe:
     Version 2 (amended before any treatment run): answering a one-letter question in one token takes three
     look-ups (the named letter after ``add:``, that letter in the key, the symbol after it), one more than writing
     ``b 5`` step by step, and version 1's two layers answered it at chance after a template. So three layers, and
-    half of phase 1's one-letter questions answered by a template and the right answer."""
-    return Recipe(easy_letters=1, direct_answer=True, num_layers=3, skill_direct_share=0.5)
+    half of phase 1's one-letter questions answered by a template and the right answer.
+
+    Version 3 (amended again, before any treatment run; v2 answered easy questions at 0.221 after a template): an
+    easy question shows its answer (keysum's ``easy_shown``: ``add: b = 5``), so answering it without reasoning is
+    one copy of the symbol after ``=``, the same depth as a step of the written reasoning; back to two layers. Its
+    templates run to 8 words: the study's gate writes an 8-word template sentence (mirl.lab.swap.FIXED_TEMPLATE),
+    and a build whose templates stopped at 7 words answered easy questions right after 7-word templates but not
+    after that sentence."""
+    return Recipe(easy_letters=1, easy_shown=True, direct_answer=True, skill_direct_share=0.5, template_longest=8)
 
 
 def cached_direct_organism(cache_dir=None, log=None) -> Path:

@@ -65,10 +65,17 @@ def other_instance_reasoning(rng: np.random.Generator, context: str) -> str:
 
 
 def swap_success(
-    policy, mode: str, *, instances: int = 64, samples: int = 4, hard_share: float = 0.0, easy_letters: int = 2
+    policy,
+    mode: str,
+    *,
+    instances: int = 64,
+    samples: int = 4,
+    hard_share: float = 0.0,
+    easy_letters: int = 2,
+    easy_shown: bool = False,
 ) -> float:
     """Share of questions answered correctly by ``policy`` on validation keys with the reasoning of ``mode``
-    (``easy_letters``: keysum's option, 1 for the mechanism study's task)."""
+    (``easy_letters``, ``easy_shown``: keysum's options, 1 and True for the mechanism study's task)."""
     from mirl.config import RolloutConfig
     from mirl.rollout.engine import run_episodes
     from mirl.types import EnvSpec
@@ -80,6 +87,8 @@ def swap_success(
         policy = ForcedReasoning(policy, writers.get(mode, other_instance_reasoning))
     config = RolloutConfig(max_turns=2, max_actions_per_turn=1, max_new_tokens=16, max_context_tokens=1024)
     options = {"hard_share": hard_share, "split": "validation", "easy_letters": easy_letters}
+    if easy_shown:
+        options["easy_shown"] = True
     specs = [EnvSpec("keysum", 2 * i + 1, options) for i in range(instances)]
     episodes = run_episodes(policy, specs, samples, config, sampling_seed=0)
     turns = [turn for episode in episodes for turn in episode.turns]

@@ -19,7 +19,8 @@ Observation:
         key: a 3 b 5 c 1 d 7
         add: b d
 
-    After the last question: ``done``.
+    With ``easy_shown`` an easy (one-letter) question also shows its answer: ``add: b = 5``. After the last
+    question: ``done``.
 
 Actions:
     One symbol ``0``..``7`` (surrounding whitespace ignored). Anything else is an invalid action: the question
@@ -41,6 +42,8 @@ Arguments:
     easy_letters: letters an easy question names, 1 or 2 (1: the answer stands in the observation).
         With 1 the answer is the named letter's symbol: a policy can answer without reasoning, so reasoning is
         reward-neutral on easy instances and needed only on hard ones (studies/mechanism).
+    easy_shown: with ``easy_letters=1``, an easy question also shows its answer (``add: b = 5``), so answering
+        without reasoning is a copy of the symbol after ``=``, not a look-up in the key (studies/mechanism).
     noise: probability that a valid answer is replaced by a random symbol.
     split: ``train``, ``validation`` (disjoint key sets) or ``all``; set by the trainer.
     validation_share: share of all keys reserved for the validation split.
@@ -67,7 +70,8 @@ TEMPLATE_WORDS = (
     "is", "easy", "now", "so", "ok", "first", "check", "key",
 )  # fmt: skip
 _KEY_MIX = 2741  # odd, so k -> k * _KEY_MIX mod 8**n permutes the keys (the split is a fixed scramble)
-_OBSERVATION = re.compile(r"key:((?:\s+[a-h]\s+[0-7])+)\s*\n\s*add:((?:\s+[a-h])+)\s*$")
+_OBSERVATION = re.compile(r"key:((?:\s+[a-h]\s+[0-7])+)\s*\n\s*add:((?:\s+[a-h])+)(?:\s+=\s+[0-7])?\s*$")
+SHOWN = "="  # an easy question with easy_shown: ``add: b = 5``
 
 
 def key_in_split(key: tuple[int, ...], split: str, validation_share: float) -> bool:
@@ -96,21 +100,21 @@ def solution_reasoning(key: dict[str, int], letters: str) -> str:
     return " ".join(words)
 
 
-def template_reasoning(rng: np.random.Generator) -> str:
-    """An input-independent reasoning: 4 to 7 template words drawn from ``rng``.
+def template_reasoning(rng: np.random.Generator, longest: int = 7) -> str:
+    """An input-independent reasoning: 4 to ``longest`` template words drawn from ``rng``.
 
     >>> len(template_reasoning(np.random.default_rng(0)).split()) in range(4, 8)
     True
     """
-    count = int(rng.integers(4, 8))
+    count = int(rng.integers(4, longest + 1))
     return " ".join(TEMPLATE_WORDS[int(i)] for i in rng.integers(len(TEMPLATE_WORDS), size=count))
 
 
 def parse_observation(observation: str) -> tuple[dict[str, int], str] | None:
     """``(key, named letters)`` of a question observation, None for anything else (``done``, other envs).
 
-    >>> parse_observation("key: a 3 b 5\\nadd: b a")
-    ({'a': 3, 'b': 5}, 'ba')
+    >>> parse_observation("key: a 3 b 5\\nadd: b a"), parse_observation("key: a 3 b 5\\nadd: b = 5")
+    (({'a': 3, 'b': 5}, 'ba'), ({'a': 3, 'b': 5}, 'b'))
     """
     match = _OBSERVATION.match(observation.strip()) if isinstance(observation, str) else None
     if match is None:
@@ -152,6 +156,7 @@ class KeySumEnv(TextEnv):
         hard_share: float = 0.0,
         noise: float = 0.0,
         easy_letters: int = EASY,
+        easy_shown: bool = False,
         split: str = "all",
         validation_share: float = 0.2,
     ) -> None:
@@ -171,13 +176,15 @@ class KeySumEnv(TextEnv):
             )
         if easy_letters not in (1, EASY):
             raise ValueError(f"easy_letters must be 1 or {EASY}, got {easy_letters}; use easy_letters=1 or 2")
+        if easy_shown and easy_letters != 1:
+            raise ValueError(f"easy_shown needs easy_letters=1 (one-letter questions), got easy_letters={easy_letters}")
         if split not in ("train", "validation", "all"):
             raise ValueError(f"split must be 'train', 'validation' or 'all', got {split!r}")
         if hard_share > 0 and key_size < HARD:
             raise ValueError(f"hard questions name {HARD} letters; key_size must be >= {HARD}, got {key_size}")
         self.key_size, self.num_questions, self.hard_share = key_size, questions, float(hard_share)
         self.noise, self.split, self.validation_share = float(noise), split, float(validation_share)
-        self.easy_letters = int(easy_letters)
+        self.easy_letters, self.easy_shown = int(easy_letters), bool(easy_shown)
         self.key: dict[str, int] | None = None
 
     @property
@@ -237,7 +244,10 @@ class KeySumEnv(TextEnv):
         if self.current >= self.num_questions:
             return "done"
         pairs = " ".join(f"{letter} {symbol}" for letter, symbol in self.key.items())
-        return f"key: {pairs}\nadd: {' '.join(self.asked[self.current])}"
+        question = " ".join(self.asked[self.current])
+        if self.easy_shown and not self.hard:
+            question += f" {SHOWN} {self.answer()}"
+        return f"key: {pairs}\nadd: {question}"
 
     @staticmethod
     def reasoning_kind(observation: str, reasoning: str) -> str | None:
