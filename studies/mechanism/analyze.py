@@ -228,6 +228,8 @@ def early_warning(runs: dict, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
     falling, steady, floors = [], [], []
     for (arm, s), run in sorted(runs.items()):
+        if arm not in ARMS or s not in SEEDS:  # the registered runs only: not the warm-up, pilot or GRPO set
+            continue
         onset = alarm(run["series"]["accuracy"], -1, sd["accuracy"])
         alarms = {n: alarm(run["series"][n], d, sd[n]) for n, (_, d) in SIGNALS.items()}
         record = {"run": f"{arm}_s{s}", "onset": onset, "alarms": alarms, "end": len(run["series"]["accuracy"])}
@@ -277,9 +279,28 @@ def gates(results: Path = RESULTS) -> dict:
     return out
 
 
+def arm_means(runs: dict) -> dict[str, dict]:
+    """Per arm (the registered ones, then the GRPO set's ``<arm>-grpo``, then the gate runs), means over its seeds
+    of the zero-spread share in iterations 1-20 and of the late template share, accuracy, retrieval and success:
+    description, no verdict."""
+    names = sorted(
+        {arm for arm, _ in runs}, key=lambda a: (a.removesuffix("-grpo") not in ARMS, a.endswith("-grpo"), a)
+    )
+    out = {}
+    for arm in names:
+        seeds = sorted(s for a, s in runs if a == arm)
+        chosen = [runs[(arm, s)]["series"] for s in seeds]
+        row = {"seeds": seeds, "zero_spread_1_20": statistics.fmean(span_mean(c["zero_spread"], EARLY) for c in chosen)}
+        for measure in ("template", "accuracy", "retrieval", "success"):
+            row[f"late_{measure}"] = statistics.fmean(span_mean(c[measure], LATE) for c in chosen)
+        out[arm] = row
+    return out
+
+
 def analyse(runs: dict, results: Path = RESULTS) -> dict:
     inventory = {arm: [s for s in SEEDS if (arm, s) in runs] for arm in ARMS}
     out = {"gates": gates(results), "inventory": inventory, "manipulation": manipulation(runs)}
+    out["arms"] = arm_means(runs)
     out["criteria"] = {name: criterion(runs, *spec) for name, spec in CRITERIA.items()}
     if not out["manipulation"]["verdict"].startswith("passes"):
         for result in out["criteria"].values():  # registered: no verdict on the mechanism without the manipulation
@@ -302,6 +323,13 @@ def report(result: dict) -> str:
         )
     lines += ["", "## Runs finished (seeds)", ""]
     lines += [f"- {arm}: {seeds or 'none'}" for arm, seeds in result["inventory"].items()]
+    lines += ["", "## Per arm (means over seeds; late = iterations 81-100; description, no verdict)", "",
+              "| arm | seeds | zero-spread 1-20 | late template | late accuracy | late retrieval | late success |",
+              "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for arm, row in result.get("arms", {}).items():
+        values = [row[k] for k in ("zero_spread_1_20", "late_template", "late_accuracy", "late_retrieval",
+                                   "late_success")]  # fmt: skip
+        lines.append(f"| {arm} | {len(row['seeds'])} | " + " | ".join(f"{v:.3f}" for v in values) + " |")
     m = result["manipulation"]
     lines += ["", "## Manipulation check (zero-spread share, iterations 1-20)", "",
               f"B-low {m.get('b-low', math.nan):.3f} ({m.get('b-low_seeds', 0)} seeds), "

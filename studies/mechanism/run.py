@@ -2,6 +2,7 @@
 
     python studies/mechanism/run.py gates                 # swap gate, warm-up, pilot gate, Floor seed 1
     python studies/mechanism/run.py treatment --seeds 1-6  # every arm of seed 1, then seed 2, ... (resumable)
+    python studies/mechanism/run.py treatment --seeds 1-6 --preset grpo  # the secondary set (GRPO)
 
 Resumable: a run whose ``summary.json`` says finished in ``studies/results/mechanism/<arm>_s<seed>/`` is skipped, a
 run directory with a checkpoint is resumed, and a gate whose result is committed is not run again. ``treatment``
@@ -45,6 +46,7 @@ ARMS = {
     "pilot": ("b-low", [*START, "algorithm.task_coef=0", "trainer.iterations=50"]),
 }
 FLOOR_SEEDS = (1, 2, 3)
+GRPO = "-grpo"  # the secondary set's arms: <arm>-grpo, the same settings with algorithm.preset=grpo
 KEPT = ("config.yaml", "metrics.jsonl", "summary.json")
 SWAP = {"instances": 64, "samples": 4}
 SWAP_GATE = "swap-v3"  # keysum1-organism v3 (second amendment); swap.json, swap-v2.json: v1's and v2's failures
@@ -88,11 +90,12 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def s_low_overrides(seed: int) -> list[str]:
-    """B-low's regularisers scaled by F-low's mean kept share of the same seed (the organism study's rule)."""
+def s_low_overrides(seed: int, suffix: str = "") -> list[str]:
+    """B-low's regularisers scaled by F-low's mean kept share of the same seed (the organism study's rule);
+    ``suffix`` ``-grpo``: the secondary set's F-low."""
     from studies.lab.run import scaled_regularisers
 
-    return scaled_regularisers(CONFIGS / "b-low.yaml", RESULTS / f"f-low_s{seed}" / "metrics.jsonl")
+    return scaled_regularisers(CONFIGS / "b-low.yaml", RESULTS / f"f-low{suffix}_s{seed}" / "metrics.jsonl")
 
 
 def train(arm: str, seed: int) -> None:
@@ -104,8 +107,10 @@ def train(arm: str, seed: int) -> None:
     if (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").iterdir()):
         command = [*mirl, "--resume", str(run_dir)]
     else:
-        config, overrides = ARMS[arm]
-        overrides = overrides + (s_low_overrides(seed) if arm == "s-low" else [])
+        base, suffix = (arm.removesuffix(GRPO), GRPO) if arm.endswith(GRPO) else (arm, "")
+        config, overrides = ARMS[base]
+        overrides = overrides + (s_low_overrides(seed, suffix) if base == "s-low" else [])
+        overrides += ["algorithm.preset=grpo"] if suffix else []
         shutil.rmtree(run_dir, ignore_errors=True)
         command = [*mirl, str(CONFIGS / f"{config}.yaml"), f"trainer.seed={seed}", f"trainer.name={name}",
                    f"trainer.output_dir={RUNS}", *overrides]  # fmt: skip
@@ -206,7 +211,7 @@ def gates() -> bool:
     return True
 
 
-def treatment(seeds: list[int]) -> int:
+def treatment(seeds: list[int], preset: str = "dr_grpo") -> int:
     for name in (SWAP_GATE, "pilot"):
         path = RESULTS / "gates" / f"{name}.json"
         if not path.is_file() or json.loads(path.read_text())["verdict"] != "passes":
@@ -214,7 +219,7 @@ def treatment(seeds: list[int]) -> int:
             return 2
     export_trained()
     for seed in seeds:
-        for arm in ORDER:
+        for arm in ORDER if preset == "dr_grpo" else [a + GRPO for a in ORDER if a != "floor"]:
             if (arm == "floor" and seed not in FLOOR_SEEDS) or finished(arm, seed):
                 continue
             print(f"start {arm}_s{seed}", flush=True)
@@ -227,11 +232,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("stage", choices=("gates", "treatment"))
     parser.add_argument("--seeds", default="1-6", help="first-last, paired-seed order")
+    parser.add_argument(
+        "--preset",
+        choices=("dr_grpo", "grpo"),
+        default="dr_grpo",
+        help="grpo: the secondary set (every arm but the Floor, as <arm>-grpo; not judged)",
+    )
     args = parser.parse_args(argv)
     if args.stage == "gates":
         return 0 if gates() else 1
     first, _, last = args.seeds.partition("-")
-    return treatment(list(range(int(first), int(last or first) + 1)))
+    return treatment(list(range(int(first), int(last or first) + 1)), args.preset)
 
 
 if __name__ == "__main__":

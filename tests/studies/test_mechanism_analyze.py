@@ -147,6 +147,19 @@ def test_every_table_prints_from_the_folders(tmp_path):
     assert "| A filter keeps templates away | -0.185 [" in text and "incomplete (2 seeds)" in text
     assert "Manipulation check" in text and "no Floor runs" in text
     assert json.loads((tmp_path / "results.json").read_text())["inventory"]["f-low"] == [1, 2]
+    assert "| b-low | 2 | 0.750 | 0.300 |" in text  # per-arm means: 6 of 8 groups without spread, template 0.3
+
+
+def test_the_grpo_set_and_the_gate_runs_are_described_but_not_judged(tmp_path):
+    for seed in (1, 2, 3):
+        write(tmp_path, f"floor_s{seed}", flat(template=0.3))
+    write(tmp_path, "b-low-grpo_s1", flat(template=0.5))
+    write(tmp_path, "pilot_s0", flat(template=0.5))
+    result = mech.analyse(mech.load(tmp_path), tmp_path)
+    assert list(result["arms"]) == ["floor", "b-low-grpo", "pilot"]  # registered arms, the GRPO set, gate runs
+    assert result["arms"]["b-low-grpo"]["late_template"] == pytest.approx(0.5)
+    table = result["early_warning"]["table"]["template"]
+    assert table["false_alarms"] == (0, 0) and table["floor_false_alarms"] == (0, 3)  # only Floor runs counted
 
 
 def _runner(monkeypatch, results: Path):
