@@ -52,6 +52,7 @@ SIGNALS = {
     "spread": ("filter/spread_mean_before", -1),
     "template": ("reasoning/template_frac", +1),
 }
+PRODUCT_ALARM = "diag/trajectory/alarm"  # mirl's own alarm (docs/metrics.md): described beside the table, not judged
 TRAIL = 5  # iterations in the alarm rule's trailing mean
 K_ALARM = 6.0  # standard errors worse than the running best that raise an alarm (1 % of noise runs: power.py)
 FIRST_ALARM = 10  # no alarm before this iteration (the running best needs a few means)
@@ -88,6 +89,7 @@ def series(lines: list[dict], config: dict) -> dict[str, list[float]]:
     groups = int(rollout.get("prompts_per_iteration", 8))
     out["zero_spread"] = [line.get("filter/groups_zero_spread", math.nan) / groups for line in lines]
     out["kept"] = [float(line.get("filter/kept_ratio", math.nan)) for line in lines]
+    out["product_alarm"] = [float(line.get(PRODUCT_ALARM, math.nan)) for line in lines]
     return out
 
 
@@ -232,10 +234,12 @@ def early_warning(runs: dict, seed: int = 0) -> dict:
             continue
         onset = alarm(run["series"]["accuracy"], -1, sd["accuracy"])
         alarms = {n: alarm(run["series"][n], d, sd[n]) for n, (_, d) in SIGNALS.items()}
+        fired = [i + 1 for i, v in enumerate(run["series"]["product_alarm"]) if v == 1.0]
+        alarms["mirl alarm (not registered)"] = fired[0] if fired else None
         record = {"run": f"{arm}_s{s}", "onset": onset, "alarms": alarms, "end": len(run["series"]["accuracy"])}
         (floors if arm == "floor" else falling if onset is not None else steady).append(record)
     table = {}
-    for name in SIGNALS:
+    for name in (*SIGNALS, "mirl alarm (not registered)"):
         leads = [r["onset"] - (r["alarms"][name] or r["end"] + 1) for r in falling]
         table[name] = {
             "lead": bootstrap(leads, rng) if leads else None,

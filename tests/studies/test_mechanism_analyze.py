@@ -111,6 +111,7 @@ def collapsing(onset_signal: int, onset_accuracy: int) -> list[dict]:
     out = []
     for i in range(1, ITERATIONS + 1):
         record = line(retrieval=0.8 if i < onset_signal else 0.3, accuracy=0.9 if i < onset_accuracy else 0.5)
+        record["diag/trajectory/alarm"] = float(i >= onset_signal + 2)  # mirl's alarm, 2 iterations after the step
         out.append(record)
     return out
 
@@ -133,6 +134,8 @@ def test_leads_false_alarms_and_verdicts_on_constructed_collapses(tmp_path):
     entropy = result["table"]["entropy"]  # never alarms: counted at the end + 1
     assert entropy["warned_first"] == 0 and entropy["lead"][0] < 0
     assert result["verdicts"]["W1"] == "holds" and result["verdicts"]["W2"] == "holds"
+    mirl_alarm = result["table"]["mirl alarm (not registered)"]  # described beside the registered signals
+    assert mirl_alarm["warned_first"] == 4 and mirl_alarm["false_alarms"] == (0, 1)
 
 
 def test_every_table_prints_from_the_folders(tmp_path):
