@@ -301,6 +301,25 @@ def arm_means(runs: dict) -> dict[str, dict]:
     return out
 
 
+def detection(runs: dict, level: float = 0.5) -> dict:
+    """Description, not registered: for each registered run, the first iteration at which the scorer-free template
+    share's 5-iteration trailing mean reaches ``level`` (the collapse as the env's ground truth sees it) and the first
+    iteration of mirl's own alarm; runs where neither happens are counted, not listed."""
+    rows, quiet = [], 0
+    for (arm, s), run in sorted(runs.items()):
+        if arm not in ARMS or s not in SEEDS:
+            continue
+        reached = [i + 1 for i, v in enumerate(trailing(run["series"]["template"])) if v >= level]
+        fired = [i + 1 for i, v in enumerate(run["series"]["product_alarm"]) if v == 1.0]
+        if reached or fired:
+            rows.append({"run": f"{arm}_s{s}", "template": reached[0] if reached else None,
+                         "alarm": fired[0] if fired else None})  # fmt: skip
+        else:
+            quiet += 1
+    both = [r["alarm"] - r["template"] for r in rows if r["template"] and r["alarm"]]
+    return {"level": level, "rows": rows, "quiet_runs": quiet, "alarm_minus_template": both}
+
+
 def analyse(runs: dict, results: Path = RESULTS) -> dict:
     inventory = {arm: [s for s in SEEDS if (arm, s) in runs] for arm in ARMS}
     out = {"gates": gates(results), "inventory": inventory, "manipulation": manipulation(runs)}
@@ -311,6 +330,7 @@ def analyse(runs: dict, results: Path = RESULTS) -> dict:
             if result["verdict"] in ("holds", "fails", "inconclusive"):
                 result["verdict"] += " (not evidence: the manipulation check did not pass)"
     out["early_warning"] = early_warning(runs)
+    out["detection"] = detection(runs)
     return out
 
 
@@ -358,6 +378,12 @@ def report(result: dict) -> str:
             fa, ff = row["false_alarms"], row["floor_false_alarms"]
             lines.append(f"| {name} | {shown} | {row['warned_first']} | {fa[0]}/{fa[1]} | {ff[0]}/{ff[1]} |")
         lines += ["", f"Verdicts: {json.dumps(ew['verdicts'])}"]
+    det = result["detection"]
+    lines += ["", f"## mirl's alarm against the template share (description, not registered; level {det['level']})",
+              "", f"Runs where neither the 5-iteration template share reached {det['level']} nor the alarm fired: "
+              f"{det['quiet_runs']}. Alarm iteration minus the share's: {det['alarm_minus_template'] or 'none'}.", "",
+              "| run | template share reached | mirl alarm |", "|---|---|---|"]  # fmt: skip
+    lines += [f"| {r['run']} | {r['template'] or 'never'} | {r['alarm'] or 'never'} |" for r in det["rows"]]
     return "\n".join(lines) + "\n"
 
 

@@ -207,3 +207,13 @@ def test_s_low_scales_b_lows_regularisers_by_f_lows_kept_share(monkeypatch, tmp_
     runner = _runner(monkeypatch, tmp_path)
     write(tmp_path, "f-low_s3", [line(zero=z) for z in (2, 4, 6, 4)])  # kept 0.75, 0.5, 0.25, 0.5: mean 0.5
     assert runner.s_low_overrides(3) == ["algorithm.entropy_coef=0.0005", "algorithm.kl_coef=0.075"]
+
+
+def test_detection_pairs_the_template_share_with_mirls_alarm(tmp_path):
+    rising = [line(template=0.0 if i < 30 else 0.8) | {"diag/trajectory/alarm": float(i >= 35)} for i in range(100)]
+    write(tmp_path, "b-low_s1", rising)  # trailing mean >= 0.5 from iteration 34 (4 of 5 at 0.8); alarm from 36
+    write(tmp_path, "b-high_s1", flat(template=0.0))
+    write(tmp_path, "b-low-grpo_s1", rising)  # not a registered run
+    result = mech.detection(mech.load(tmp_path))
+    assert result["rows"] == [{"run": "b-low_s1", "template": 34, "alarm": 36}]
+    assert result["quiet_runs"] == 1 and result["alarm_minus_template"] == [2]
