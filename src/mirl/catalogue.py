@@ -132,6 +132,12 @@ CATALOGUE: tuple[Metric, ...] = (
         "turns whose reasoning Z matches rollout.wording_regex (re.search) / all turns; logged when that regex is set",
         "fraction",
     ),
+    Metric(
+        "rollout/wording_bonus",
+        "the wording bonus in force this iteration (rollout.wording_bonus times iteration / rollout.wording_bonus_ramp,"
+        " at most 1); logged when the ramp is on",
+        "reward",
+    ),
     # reasoning: scorer-free measures of the batch's reasonings Z (mirl.rollout.reasoning_measures)
     Metric(
         "reasoning/grounded_frac",

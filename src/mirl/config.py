@@ -110,6 +110,9 @@ class RolloutConfig:
     wording_bonus: float = 0.0
     # Python regex searched (re.search) in each turn's reasoning Z, never its answer; "" = off
     wording_regex: str = ""
+    # iterations over which the bonus rises linearly to wording_bonus (iteration i earns i/ramp of it); 0 = full from
+    # the first iteration (a graded positive control, studies/mechanism)
+    wording_bonus_ramp: int = 0
 
 
 @dataclass

@@ -97,6 +97,7 @@ RANGES: dict[str, Range] = {
     "rollout.max_context_tokens": AT_LEAST_ONE,
     "rollout.generation_batch_size": AT_LEAST_ONE,
     "rollout.wording_bonus": Range(-INF),
+    "rollout.wording_bonus_ramp": Range(0),
     "algorithm.eps_low": Range(0, 1, hi_open=True),  # the ratio's lower clip 1 - eps_low must stay > 0
     "algorithm.eps_high": NON_NEGATIVE,
     "algorithm.dual_clip": Range(1, lo_open=True),

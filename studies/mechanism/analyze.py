@@ -40,6 +40,10 @@ read_metrics, interval_verdict = lab.read_metrics, lab.interval_verdict
 SEEDS = (1, 2, 3, 4, 5, 6)  # registered paired seeds; seed 0 is the calibration seed
 TREATMENT = ("b-low", "b-high", "f-low", "s-low", "r-only")
 ARMS = (*TREATMENT, "p-graded", "floor")
+PART2 = "p-ramp"  # Part 2's positive control (README, "Part 2"): its wording bonus ramps up over the run
+FLOOR_HIGH = "floor-high"  # Part 2: a Floor on half hard instances (the batches of B-high, P-graded and P-ramp)
+PART2_ARMS = (*ARMS, PART2, FLOOR_HIGH)
+HIGH_MIX = ("b-high", "p-graded", PART2)  # Part 2 judges these runs against FLOOR_HIGH's noise
 LATE = (81, 100)  # iterations (1-based, inclusive) that make "late"
 EARLY = (1, 20)  # the manipulation check's iterations
 # signal -> (metric key, direction of the bad change: -1 falls, +1 rises)
@@ -72,6 +76,7 @@ def accuracy(line: dict, bonus: float, penalty: float, questions: int) -> float:
     0.65
     """
     turns = line["rollout/turns_mean"]
+    bonus = line.get("rollout/wording_bonus", bonus)  # a ramped bonus logs the value in force (Part 2)
     earned = bonus * line.get("rollout/wording_bonus_frac", 0.0) * turns
     paid = penalty * line.get("rollout/action_invalid_frac", 0.0) * turns
     return round((line["rollout/return_mean"] - earned - paid) / questions, 12)
@@ -202,13 +207,11 @@ def alarm(values: list[float], direction: int, sd: float, k: float = K_ALARM) ->
     return None
 
 
-def floor_sd(runs: dict) -> dict[str, float]:
-    """SD (ddof 1) of single-iteration values of each signal and of accuracy, pooled over the Floor runs."""
+def floor_sd(runs: dict, floor: str = "floor") -> dict[str, float]:
+    """SD (ddof 1) of single-iteration values of each signal and of accuracy, pooled over the ``floor`` runs."""
     out = {}
     for name in (*SIGNALS, "accuracy"):
-        values = [
-            v for (arm, _), run in runs.items() if arm == "floor" for v in run["series"][name] if not math.isnan(v)
-        ]
+        values = [v for (arm, _), run in runs.items() if arm == floor for v in run["series"][name] if not math.isnan(v)]
         out[name] = statistics.stdev(values) if len(values) > 1 else math.nan
     return out
 
@@ -220,24 +223,28 @@ def bootstrap(values: list[float], rng: np.random.Generator) -> tuple[float, flo
     return float(data.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
 
 
-def early_warning(runs: dict, seed: int = 0) -> dict:
+def early_warning(runs: dict, seed: int = 0, arms: tuple[str, ...] = ARMS, matched: bool = False) -> dict:
     """For every run whose accuracy falls (its own alarm fires), each signal's lead: accuracy's alarm iteration
     minus the signal's (no alarm: counted at the run's end + 1, so a silent signal gets its most negative lead);
-    false-alarm rate of each signal on the runs whose accuracy does not fall and on the Floor runs."""
+    false-alarm rate of each signal on the runs whose accuracy does not fall and on the Floor runs. ``matched``
+    (Part 2): the runs on half hard instances (:data:`HIGH_MIX`, and the Floor-high runs) take their noise from the
+    Floor-high runs, the rest from the Floor runs."""
     sd = floor_sd(runs)
-    if any(math.isnan(v) for v in sd.values()):
-        return {"note": "no Floor runs: the alarm rule has no noise level"}
+    high = floor_sd(runs, FLOOR_HIGH) if matched else sd
+    if any(math.isnan(v) for v in (*sd.values(), *high.values())):
+        return {"note": "no Floor runs of this batch mix: the alarm rule has no noise level"}
     rng = np.random.default_rng(seed)
     falling, steady, floors = [], [], []
     for (arm, s), run in sorted(runs.items()):
-        if arm not in ARMS or s not in SEEDS:  # the registered runs only: not the warm-up, pilot or GRPO set
+        if arm not in arms or s not in SEEDS:  # the registered runs only: not the warm-up, pilot or GRPO set
             continue
-        onset = alarm(run["series"]["accuracy"], -1, sd["accuracy"])
-        alarms = {n: alarm(run["series"][n], d, sd[n]) for n, (_, d) in SIGNALS.items()}
+        noise = high if arm in (*HIGH_MIX, FLOOR_HIGH) else sd
+        onset = alarm(run["series"]["accuracy"], -1, noise["accuracy"])
+        alarms = {n: alarm(run["series"][n], d, noise[n]) for n, (_, d) in SIGNALS.items()}
         fired = [i + 1 for i, v in enumerate(run["series"]["product_alarm"]) if v == 1.0]
         alarms["mirl alarm (not registered)"] = fired[0] if fired else None
         record = {"run": f"{arm}_s{s}", "onset": onset, "alarms": alarms, "end": len(run["series"]["accuracy"])}
-        (floors if arm == "floor" else falling if onset is not None else steady).append(record)
+        (floors if arm in ("floor", FLOOR_HIGH) else falling if onset is not None else steady).append(record)
     table = {}
     for name in (*SIGNALS, "mirl alarm (not registered)"):
         leads = [r["onset"] - (r["alarms"][name] or r["end"] + 1) for r in falling]
@@ -248,7 +255,8 @@ def early_warning(runs: dict, seed: int = 0) -> dict:
             "floor_false_alarms": (sum(r["alarms"][name] is not None for r in floors), len(floors)),
         }
     verdicts = warning_verdicts(falling, steady, floors, rng)
-    return {"falling_runs": [r["run"] for r in falling], "table": table, "floor_sd": sd, "verdicts": verdicts}
+    out = {"falling_runs": [r["run"] for r in falling], "table": table, "floor_sd": sd, "verdicts": verdicts}
+    return out | ({"floor_high_sd": high} if matched else {})
 
 
 def warning_verdicts(falling: list[dict], steady: list[dict], floors: list[dict], rng: np.random.Generator) -> dict:
@@ -288,7 +296,7 @@ def arm_means(runs: dict) -> dict[str, dict]:
     of the zero-spread share in iterations 1-20 and of the late template share, accuracy, retrieval and success:
     description, no verdict."""
     names = sorted(
-        {arm for arm, _ in runs}, key=lambda a: (a.removesuffix("-grpo") not in ARMS, a.endswith("-grpo"), a)
+        {arm for arm, _ in runs}, key=lambda a: (a.removesuffix("-grpo") not in PART2_ARMS, a.endswith("-grpo"), a)
     )
     out = {}
     for arm in names:
@@ -307,7 +315,7 @@ def detection(runs: dict, level: float = 0.5) -> dict:
     iteration of mirl's own alarm; runs where neither happens are counted, not listed."""
     rows, quiet = [], 0
     for (arm, s), run in sorted(runs.items()):
-        if arm not in ARMS or s not in SEEDS:
+        if arm not in PART2_ARMS or s not in SEEDS:
             continue
         reached = [i + 1 for i, v in enumerate(trailing(run["series"]["template"])) if v >= level]
         fired = [i + 1 for i, v in enumerate(run["series"]["product_alarm"]) if v == 1.0]
@@ -320,8 +328,23 @@ def detection(runs: dict, level: float = 0.5) -> dict:
     return {"level": level, "rows": rows, "quiet_runs": quiet, "alarm_minus_template": both}
 
 
+def positive_control(runs: dict) -> dict:
+    """Part 2's check on P-ramp: how many of its runs fell (accuracy alarmed); it counts when at least
+    :data:`MIN_FALLING` of the 6 did."""
+    sd = floor_sd(runs, FLOOR_HIGH)
+    seeds = [s for s in SEEDS if (PART2, s) in runs]
+    if not seeds or math.isnan(sd["accuracy"]):
+        return {"verdict": "not run"}
+    fell = [s for s in seeds if alarm(runs[(PART2, s)]["series"]["accuracy"], -1, sd["accuracy"]) is not None]
+    if len(seeds) < len(SEEDS):
+        verdict = f"incomplete ({len(seeds)} seeds)"
+    else:
+        verdict = "counts" if len(fell) >= MIN_FALLING else "failed: fewer than 4 of 6 runs fell"
+    return {"seeds": seeds, "fell": fell, "verdict": verdict}
+
+
 def analyse(runs: dict, results: Path = RESULTS) -> dict:
-    inventory = {arm: [s for s in SEEDS if (arm, s) in runs] for arm in ARMS}
+    inventory = {arm: [s for s in SEEDS if (arm, s) in runs] for arm in PART2_ARMS}
     out = {"gates": gates(results), "inventory": inventory, "manipulation": manipulation(runs)}
     out["arms"] = arm_means(runs)
     out["criteria"] = {name: criterion(runs, *spec) for name, spec in CRITERIA.items()}
@@ -330,12 +353,32 @@ def analyse(runs: dict, results: Path = RESULTS) -> dict:
             if result["verdict"] in ("holds", "fails", "inconclusive"):
                 result["verdict"] += " (not evidence: the manipulation check did not pass)"
     out["early_warning"] = early_warning(runs)
+    part2 = early_warning(runs, arms=PART2_ARMS, matched=True)
+    out["early_warning_part2"] = part2 | {"positive_control": positive_control(runs)}
     out["detection"] = detection(runs)
     return out
 
 
 def _fmt(x) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:+.3f}"
+
+
+def _warning_table(ew: dict, title: str) -> list[str]:
+    lines = ["", f"## {title} (lead = accuracy's alarm - the signal's, iterations; bootstrap 95 % over runs)", ""]
+    if "positive_control" in ew:
+        lines += [f"P-ramp positive control: **{ew['positive_control']['verdict']}** "
+                  f"(fell: {ew['positive_control'].get('fell', [])})", ""]  # fmt: skip
+    if "table" not in ew:
+        return [*lines, ew["note"]]
+    lines += [f"Runs whose accuracy fell: {', '.join(ew['falling_runs']) or 'none'}", "",
+              "| signal | mean lead | warned first | false alarms (steady runs) | false alarms (Floor) |",
+              "|---|---|---|---|---|"]  # fmt: skip
+    for name, row in ew["table"].items():
+        lead = row["lead"]
+        shown = f"{lead[0]:+.1f} [{lead[1]:+.1f}, {lead[2]:+.1f}]" if lead else "-"
+        fa, ff = row["false_alarms"], row["floor_false_alarms"]
+        lines.append(f"| {name} | {shown} | {row['warned_first']} | {fa[0]}/{fa[1]} | {ff[0]}/{ff[1]} |")
+    return [*lines, "", f"Verdicts: {json.dumps(ew['verdicts'])}"]
 
 
 def report(result: dict) -> str:
@@ -364,20 +407,8 @@ def report(result: dict) -> str:
         interval = c.get("interval")
         shown = f"{_fmt(interval[0])} [{_fmt(interval[1])}, {_fmt(interval[2])}]" if interval else "-"
         lines.append(f"| {name} | {shown} | {len(c['seeds'])} | {c['verdict']} |")
-    ew = result["early_warning"]
-    lines += ["", "## Early warning (lead = accuracy's alarm - the signal's, iterations; bootstrap 95 % over runs)", ""]
-    if "table" not in ew:
-        lines.append(ew["note"])
-    else:
-        lines += [f"Runs whose accuracy fell: {', '.join(ew['falling_runs']) or 'none'}", "",
-                  "| signal | mean lead | warned first | false alarms (steady runs) | false alarms (Floor) |",
-                  "|---|---|---|---|---|"]  # fmt: skip
-        for name, row in ew["table"].items():
-            lead = row["lead"]
-            shown = f"{lead[0]:+.1f} [{lead[1]:+.1f}, {lead[2]:+.1f}]" if lead else "-"
-            fa, ff = row["false_alarms"], row["floor_false_alarms"]
-            lines.append(f"| {name} | {shown} | {row['warned_first']} | {fa[0]}/{fa[1]} | {ff[0]}/{ff[1]} |")
-        lines += ["", f"Verdicts: {json.dumps(ew['verdicts'])}"]
+    for key, title in (("early_warning", "Early warning, Part 1"), ("early_warning_part2", "Early warning, Part 2")):
+        lines += _warning_table(result[key], title)
     det = result["detection"]
     lines += ["", f"## mirl's alarm against the template share (description, not registered; level {det['level']})",
               "", f"Runs where neither the 5-iteration template share reached {det['level']} nor the alarm fired: "

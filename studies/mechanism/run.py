@@ -3,6 +3,7 @@
     python studies/mechanism/run.py gates                 # swap gate, warm-up, pilot gate, Floor seed 1
     python studies/mechanism/run.py treatment --seeds 1-6  # every arm of seed 1, then seed 2, ... (resumable)
     python studies/mechanism/run.py treatment --seeds 1-6 --preset grpo  # the secondary set (GRPO)
+    python studies/mechanism/run.py part2 --seeds 1-6      # Part 2's ramped positive control
 
 Resumable: a run whose ``summary.json`` says finished in ``studies/results/mechanism/<arm>_s<seed>/`` is skipped, a
 run directory with a checkpoint is resumed, and a gate whose result is committed is not run again. ``treatment``
@@ -41,6 +42,8 @@ ARMS = {
     "s-low": ("b-low", START),
     "r-only": ("b-low", [*START, "algorithm.task_coef=0"]),
     "p-graded": ("p-graded", START),
+    "p-ramp": ("p-ramp", START),  # Part 2 (README): registered after Part 1, before its own runs
+    "floor-high": ("b-low", [*START, "envs.0.options.hard_share=0.5", "algorithm.actor_lr=0", "trainer.iterations=50"]),
     "floor": ("b-low", [*START, "algorithm.actor_lr=0", "trainer.iterations=50"]),
     "warmup": ("warmup", []),
     "pilot": ("b-low", [*START, "algorithm.task_coef=0", "trainer.iterations=50"]),
@@ -211,7 +214,7 @@ def gates() -> bool:
     return True
 
 
-def treatment(seeds: list[int], preset: str = "dr_grpo") -> int:
+def treatment(seeds: list[int], preset: str = "dr_grpo", arms: tuple[str, ...] = ORDER) -> int:
     for name in (SWAP_GATE, "pilot"):
         path = RESULTS / "gates" / f"{name}.json"
         if not path.is_file() or json.loads(path.read_text())["verdict"] != "passes":
@@ -219,8 +222,8 @@ def treatment(seeds: list[int], preset: str = "dr_grpo") -> int:
             return 2
     export_trained()
     for seed in seeds:
-        for arm in ORDER if preset == "dr_grpo" else [a + GRPO for a in ORDER if a != "floor"]:
-            if (arm == "floor" and seed not in FLOOR_SEEDS) or finished(arm, seed):
+        for arm in arms if preset == "dr_grpo" else [a + GRPO for a in arms if not a.startswith("floor")]:
+            if (arm.startswith("floor") and seed not in FLOOR_SEEDS) or finished(arm, seed):
                 continue
             print(f"start {arm}_s{seed}", flush=True)
             train(arm, seed)
@@ -230,7 +233,7 @@ def treatment(seeds: list[int], preset: str = "dr_grpo") -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("stage", choices=("gates", "treatment"))
+    parser.add_argument("stage", choices=("gates", "treatment", "part2"))
     parser.add_argument("--seeds", default="1-6", help="first-last, paired-seed order")
     parser.add_argument(
         "--preset",
@@ -242,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.stage == "gates":
         return 0 if gates() else 1
     first, _, last = args.seeds.partition("-")
-    return treatment(list(range(int(first), int(last or first) + 1)), args.preset)
+    seeds = list(range(int(first), int(last or first) + 1))
+    return treatment(seeds, args.preset, ("floor-high", "p-ramp") if args.stage == "part2" else ORDER)
 
 
 if __name__ == "__main__":

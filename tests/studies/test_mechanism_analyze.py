@@ -217,3 +217,34 @@ def test_detection_pairs_the_template_share_with_mirls_alarm(tmp_path):
     result = mech.detection(mech.load(tmp_path))
     assert result["rows"] == [{"run": "b-low_s1", "template": 34, "alarm": 36}]
     assert result["quiet_runs"] == 1 and result["alarm_minus_template"] == [2]
+
+
+def test_a_ramped_bonus_is_removed_at_the_value_in_force():
+    record = line(accuracy=0.0) | {"rollout/return_mean": 1.0, "rollout/wording_bonus_frac": 0.5}
+    record["rollout/wording_bonus"] = 0.6  # iteration 30 of a ramp to 2.0 over 100
+    assert mech.accuracy(record, 2.0, -0.1, 2) == pytest.approx((1.0 - 0.6) / 2, abs=1e-12)
+
+
+def test_part_two_counts_the_ramped_control_and_judges_the_warning_with_it(tmp_path):
+    rng = np.random.default_rng(2)
+    for seed in (1, 2, 3):
+        lines = [line(noise=float(rng.normal(0, 0.02)), accuracy=0.9 + float(rng.normal(0, 0.02))) for _ in range(50)]
+        write(tmp_path, f"floor_s{seed}", lines)
+        # half hard instances: noisier accuracy (Part 2 judges B-high, P-graded and P-ramp against it)
+        lines = [line(noise=float(rng.normal(0, 0.02)), accuracy=0.9 + float(rng.normal(0, 0.05))) for _ in range(50)]
+        write(tmp_path, f"floor-high_s{seed}", lines)
+    # a B-high run whose accuracy dips by 0.1: beyond the low-mix Floor's noise, within the high-mix Floor's
+    write(tmp_path, "b-high_s1", [line(accuracy=0.9 if i % 20 < 15 else 0.8) for i in range(100)])
+    for seed in mech.SEEDS:  # 5 of 6 P-ramp runs fall; retrieval steps down 10 iterations before accuracy
+        write(tmp_path, f"p-ramp_s{seed}", collapsing(40, 50) if seed < 6 else flat())
+    runs = mech.load(tmp_path)
+    control = mech.positive_control(runs)
+    assert control == {"seeds": [1, 2, 3, 4, 5, 6], "fell": [1, 2, 3, 4, 5], "verdict": "counts"}
+    part1, part2 = mech.early_warning(runs), mech.early_warning(runs, arms=mech.PART2_ARMS, matched=True)
+    assert part1["falling_runs"] == ["b-high_s1"]  # Part 1 judges it against the Floor of B-low's batches
+    assert len(part2["falling_runs"]) == 5 and "b-high_s1" not in part2["falling_runs"]
+    assert part2["table"]["retrieval"]["floor_false_alarms"] == (0, 6)  # both Floors count as Floor runs
+    # the step is 10 iterations ahead; accuracy's noisier Floor-high takes it a second iteration to alarm
+    assert part2["table"]["retrieval"]["lead"][0] == pytest.approx(11) and part2["verdicts"]["W1"] == "holds"
+    text = mech.report(mech.analyse(runs, tmp_path))
+    assert "P-ramp positive control: **counts**" in text and "## Early warning, Part 2" in text

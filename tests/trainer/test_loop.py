@@ -132,3 +132,25 @@ def test_a_second_run_into_the_same_directory_is_refused(tmp_path, formatted_pol
     train(make_config("once", "trainer.iterations=1"), policy=formatted_policy)
     with pytest.raises(FileExistsError, match="--resume"):
         train(make_config("once", "trainer.iterations=1"), policy=formatted_policy)
+
+
+def test_a_ramped_wording_bonus_rises_by_iteration_and_is_logged(tmp_path, formatted_policy, pick_env, make_config):
+    ramp = ("rollout.wording_bonus=1.0", "rollout.wording_regex=.", "rollout.wording_bonus_ramp=2")
+    ramp += ("trainer.iterations=3",)
+    ramped = _metrics(train(make_config("ramped", *ramp), policy=_fresh(formatted_policy)).run_dir)
+    plain = _metrics(train(make_config("plain", "rollout.wording_regex=.", "trainer.iterations=1"),
+                           policy=_fresh(formatted_policy)).run_dir)  # fmt: skip
+    assert [line["rollout/wording_bonus"] for line in ramped] == [0.5, 1.0, 1.0]
+    assert "rollout/wording_bonus" not in plain[0]  # logged only with the ramp on
+    # iteration 1 plays the same episodes in both runs (no update yet): returns differ by half a bonus a matched turn
+    first, base = ramped[0], plain[0]
+    assert first["rollout/wording_bonus_frac"] == base["rollout/wording_bonus_frac"] > 0
+    bonus = 0.5 * first["rollout/wording_bonus_frac"] * first["rollout/turns_mean"]
+    assert first["rollout/return_mean"] - base["rollout/return_mean"] == pytest.approx(bonus)
+
+
+def test_the_ramp_must_not_be_negative(run_config, pick_env):
+    from mirl.config import ConfigError
+
+    with pytest.raises(ConfigError, match="rollout.wording_bonus_ramp"):
+        run_config("bad", "rollout.wording_bonus_ramp=-1")

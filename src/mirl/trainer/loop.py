@@ -168,6 +168,8 @@ def run_iteration(
         returns = stages.group_returns(episodes, P, K)  # (P, K)
         turns = credit.turn_table(episodes, P, K)  # per-turn rewards and state keys, (P, K, U)
         metrics = stages.rollout_metrics(episodes, config.rollout.wording_regex)
+        if config.rollout.wording_bonus_ramp:
+            metrics["rollout/wording_bonus"] = stages.wording_bonus(config.rollout, iteration)
         metrics["rollout/refill_rounds"] = float(refills)
         if diagnosed:
             with timer("scoring"), _work(sinks, "scoring", "tokens") as progress:

@@ -43,11 +43,10 @@ def collect(
     round's P x K x T from ``(0, P K T)``; each refill round adds P K T to the total.
     """
     P, K, T = config.rollout.prompts_per_iteration, config.rollout.group_size, config.rollout.max_turns
+    rollout = iteration_rollout(config.rollout, iteration)
     specs = train_specs(config, iteration)
     counter = EpisodeTurns(progress, P * K, T)
-    episodes = play_counted(
-        policy, specs, K, config.rollout, sampling_seed, counter, f"iteration {iteration}'s rollout"
-    )
+    episodes = play_counted(policy, specs, K, rollout, sampling_seed, counter, f"iteration {iteration}'s rollout")
     if not config.algorithm.dynamic_sampling:
         return episodes, 0
     groups = [[e for e in episodes if e.group == p] for p in range(P)]
@@ -57,10 +56,30 @@ def collect(
         rounds += 1
         specs = train_specs(config, iteration, first_index=P * rounds)
         counter = EpisodeTurns(progress, P * K, T, before=P * K * T * rounds)
-        fresh = play_counted(policy, specs, K, config.rollout, sampling_seed + 7919 * rounds, counter)
+        fresh = play_counted(policy, specs, K, rollout, sampling_seed + 7919 * rounds, counter)
         kept += [g for g in ([e for e in fresh if e.group == p] for p in range(P)) if _spread(g)]
     chosen = (kept + [g for g in groups if not _spread(g)])[:P]
     return [e for p, group in enumerate(chosen) for e in _regroup(group, p)], rounds
+
+
+def wording_bonus(rollout, iteration: int) -> float:
+    """The wording bonus in force at ``iteration`` (1-based): ``rollout.wording_bonus``, or with
+    ``rollout.wording_bonus_ramp`` R > 0, ``min(1, iteration / R)`` of it.
+
+    >>> from mirl.config import RolloutConfig
+    >>> [wording_bonus(RolloutConfig(wording_bonus=1.0, wording_bonus_ramp=4), i) for i in (1, 2, 4, 9)]
+    [0.25, 0.5, 1.0, 1.0]
+    """
+    if rollout.wording_bonus_ramp <= 0:
+        return rollout.wording_bonus
+    return rollout.wording_bonus * min(1.0, iteration / rollout.wording_bonus_ramp)
+
+
+def iteration_rollout(rollout, iteration: int):
+    """``rollout`` with the wording bonus of ``iteration`` (itself when there is no ramp)."""
+    if rollout.wording_bonus_ramp <= 0:
+        return rollout
+    return dataclasses.replace(rollout, wording_bonus=wording_bonus(rollout, iteration))
 
 
 def _spread(group: list[Episode]) -> bool:
