@@ -256,6 +256,7 @@ def early_warning(runs: dict, seed: int = 0, arms: tuple[str, ...] = ARMS, match
         }
     verdicts = warning_verdicts(falling, steady, floors, rng)
     out = {"falling_runs": [r["run"] for r in falling], "table": table, "floor_sd": sd, "verdicts": verdicts}
+    out["per_run"] = {r["run"]: {"onset": r["onset"], **r["alarms"]} for r in falling}
     return out | ({"floor_high_sd": high} if matched else {})
 
 
@@ -378,7 +379,12 @@ def _warning_table(ew: dict, title: str) -> list[str]:
         shown = f"{lead[0]:+.1f} [{lead[1]:+.1f}, {lead[2]:+.1f}]" if lead else "-"
         fa, ff = row["false_alarms"], row["floor_false_alarms"]
         lines.append(f"| {name} | {shown} | {row['warned_first']} | {fa[0]}/{fa[1]} | {ff[0]}/{ff[1]} |")
-    return [*lines, "", f"Verdicts: {json.dumps(ew['verdicts'])}"]
+    header = "| run | accuracy | " + " | ".join(ew["table"]) + " |"
+    lines += ["", f"Verdicts: {json.dumps(ew['verdicts'])}", "", "Alarm iterations of each falling run (- = never):",
+              "", header, "|---|---|" + "---|" * len(ew["table"])]  # fmt: skip
+    for run, row in ew["per_run"].items():
+        lines.append(f"| {run} | {row['onset']} | " + " | ".join(str(row[n] or "-") for n in ew["table"]) + " |")
+    return lines
 
 
 def report(result: dict) -> str:
