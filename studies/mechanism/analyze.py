@@ -254,13 +254,15 @@ def early_warning(runs: dict, seed: int = 0, arms: tuple[str, ...] = ARMS, match
             "false_alarms": (sum(r["alarms"][name] is not None for r in steady), len(steady)),
             "floor_false_alarms": (sum(r["alarms"][name] is not None for r in floors), len(floors)),
         }
-    verdicts = warning_verdicts(falling, steady, floors, rng)
+    verdicts = warning_verdicts(falling, steady, floors, rng, table["retrieval"]["lead"])
     out = {"falling_runs": [r["run"] for r in falling], "table": table, "floor_sd": sd, "verdicts": verdicts}
     out["per_run"] = {r["run"]: {"onset": r["onset"], **r["alarms"]} for r in falling}
     return out | ({"floor_high_sd": high} if matched else {})
 
 
-def warning_verdicts(falling: list[dict], steady: list[dict], floors: list[dict], rng: np.random.Generator) -> dict:
+def warning_verdicts(
+    falling: list[dict], steady: list[dict], floors: list[dict], rng: np.random.Generator, w1: tuple | None = None
+) -> dict:
     """W1: retrieval's mean lead has a bootstrap interval above 0 and it false-alarms on at most 20 % of the steady
     and Floor runs together (holds), or the interval lies at or below 0 (fails). W2: the paired lead of retrieval
     over plain entropy H(Z), per falling run, has an interval above 0 (holds) or at or below 0 (fails). Fewer than
@@ -276,7 +278,7 @@ def warning_verdicts(falling: list[dict], steady: list[dict], floors: list[dict]
 
     quiet = steady + floors
     rate = sum(r["alarms"]["retrieval"] is not None for r in quiet) / len(quiet) if quiet else math.nan
-    w1 = bootstrap([lead(r, "retrieval") for r in falling], rng)
+    w1 = w1 or bootstrap([lead(r, "retrieval") for r in falling], rng)  # the table's interval, when given
     w2 = bootstrap([lead(r, "retrieval") - lead(r, "entropy") for r in falling], rng)
     first = "holds" if w1[1] > 0 and rate <= 0.2 else ("fails" if w1[2] <= 0 else "inconclusive")
     second = "holds" if w2[1] > 0 else ("fails" if w2[2] <= 0 else "inconclusive")
