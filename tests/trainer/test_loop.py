@@ -136,11 +136,11 @@ def test_a_second_run_into_the_same_directory_is_refused(tmp_path, formatted_pol
 
 def test_a_ramped_wording_bonus_rises_by_iteration_and_is_logged(tmp_path, formatted_policy, pick_env, make_config):
     ramp = ("rollout.wording_bonus=1.0", "rollout.wording_regex=.", "rollout.wording_bonus_ramp=2")
-    ramp += ("trainer.iterations=3",)
+    ramp += ("trainer.iterations=3", "validation.every=3", "validation.num_instances=2")  # validation plays no bonus
     ramped = _metrics(train(make_config("ramped", *ramp), policy=_fresh(formatted_policy)).run_dir)
     plain = _metrics(train(make_config("plain", "rollout.wording_regex=.", "trainer.iterations=1"),
                            policy=_fresh(formatted_policy)).run_dir)  # fmt: skip
-    assert [line["rollout/wording_bonus"] for line in ramped] == [0.5, 1.0, 1.0]
+    assert [line["rollout/wording_bonus"] for line in ramped] == [0.5, 1.0, 1.0] and "val/success" in ramped[2]
     assert "rollout/wording_bonus" not in plain[0]  # logged only with the ramp on
     # iteration 1 plays the same episodes in both runs (no update yet): returns differ by half a bonus a matched turn
     first, base = ramped[0], plain[0]
@@ -154,3 +154,18 @@ def test_the_ramp_must_not_be_negative(run_config, pick_env):
 
     with pytest.raises(ConfigError, match="rollout.wording_bonus_ramp"):
         run_config("bad", "rollout.wording_bonus_ramp=-1")
+
+
+def test_an_unresolved_ramp_is_refused_by_the_rollout_engine(formatted_policy, pick_env):
+    # only mirl train resolves the ramp (one bonus per iteration); anything else playing episodes is told so
+    from mirl.config import RolloutConfig
+    from mirl.rollout.engine import run_episodes
+    from mirl.trainer.stages import iteration_rollout
+    from mirl.types import EnvSpec
+
+    ramped = RolloutConfig(wording_bonus=1.0, wording_regex=".", wording_bonus_ramp=4, max_turns=1)
+    with pytest.raises(ValueError, match="rollout.wording_bonus_ramp=4 is applied only by mirl train"):
+        run_episodes(formatted_policy, [EnvSpec(pick_env, 0)], 2, ramped)
+    resolved = iteration_rollout(ramped, 2)
+    assert (resolved.wording_bonus, resolved.wording_bonus_ramp) == (0.5, 0)
+    assert len(run_episodes(formatted_policy, [EnvSpec(pick_env, 0)], 2, resolved)) == 2

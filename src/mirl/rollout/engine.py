@@ -187,7 +187,7 @@ def _validate(specs, group_size: int, config: RolloutConfig, sampling_seed: int 
         raise ValueError(f"rollout.generation_batch_size must be >= 1, got {config.generation_batch_size}")
     if config.action_budget is not None and config.action_budget < 1:
         raise ValueError(f"rollout.action_budget must be >= 1 or None, got {config.action_budget}")
-    check_wording(config.wording_regex, config.wording_bonus)
+    check_wording(config.wording_regex, config.wording_bonus, config.wording_bonus_ramp)
     if sampling_seed is not None and sampling_seed < 0:
         raise ValueError(f"sampling_seed must be a non-negative int or None, got {sampling_seed}")
 
@@ -325,6 +325,8 @@ def _record(live: _Live, context, generation: Generation, text: str, parsed, ste
 
 
 def _wording_bonus(text: str, config: RolloutConfig) -> float:
+    if config.wording_bonus_ramp:  # paths that apply turns without run_episodes (veRL's agent loop) refuse it here
+        check_wording(config.wording_regex, config.wording_bonus, config.wording_bonus_ramp)
     return config.wording_bonus if earns_wording_bonus(config.wording_regex, text) else 0.0
 
 

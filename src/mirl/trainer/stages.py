@@ -76,10 +76,11 @@ def wording_bonus(rollout, iteration: int) -> float:
 
 
 def iteration_rollout(rollout, iteration: int):
-    """``rollout`` with the wording bonus of ``iteration`` (itself when there is no ramp)."""
+    """``rollout`` with the wording bonus of ``iteration`` and the ramp resolved (itself when there is no ramp): the
+    rollout engine plays a fixed bonus and refuses an unresolved ramp."""
     if rollout.wording_bonus_ramp <= 0:
         return rollout
-    return dataclasses.replace(rollout, wording_bonus=wording_bonus(rollout, iteration))
+    return dataclasses.replace(rollout, wording_bonus=wording_bonus(rollout, iteration), wording_bonus_ramp=0)
 
 
 def _spread(group: list[Episode]) -> bool:

@@ -22,7 +22,9 @@ def validate(policy, config: Config, progress: Callable[[int, int], None] | None
     reward only: validation plays without it, so ``val/return`` is the task's return.
     """
     K = config.validation.group_size
-    rollout = dataclasses.replace(config.rollout, temperature=config.validation.temperature, wording_bonus=0.0)
+    rollout = dataclasses.replace(
+        config.rollout, temperature=config.validation.temperature, wording_bonus=0.0, wording_bonus_ramp=0
+    )
     specs = validation_specs(config)
     counter = EpisodeTurns(progress, len(specs) * K, rollout.max_turns)
     episodes = play_counted(policy, specs, K, rollout, VALIDATION_SAMPLING_SEED, counter, "validation")
