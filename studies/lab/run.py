@@ -65,6 +65,7 @@ PAPER = {
 }
 EXPLORATORY |= PAPER
 KEPT = ("config.yaml", "metrics.jsonl", "summary.json", "train.log")
+GIT_LOCK = ROOT / "studies" / "runs" / ".git-lock"  # one committer at a time, whichever study's runner commits
 
 
 def mirl() -> list[str]:
@@ -72,9 +73,29 @@ def mirl() -> list[str]:
     return [sys.executable, "-m", "mirl.cli"]
 
 
-def finished(arm: str, seed: int) -> bool:
-    summary = RESULTS / f"{arm}_s{seed}" / "summary.json"
+def finished(arm: str, seed: int, results: Path = RESULTS) -> bool:
+    """Whether ``results/<arm>_s<seed>/summary.json`` says the run finished (its results are committed)."""
+    summary = results / f"{arm}_s{seed}" / "summary.json"
     return summary.is_file() and json.loads(summary.read_text(encoding="utf-8")).get("status") == "finished"
+
+
+def has_checkpoint(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a checkpoint to resume from."""
+    return (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").iterdir())
+
+
+def run_and_keep(command: list[str], run_dir: Path, log: Path, target: Path) -> None:
+    """Run ``command`` on one thread, its output appended to ``log``; then copy the run's config, metrics and
+    summary from ``run_dir`` and the log into ``target`` (:data:`KEPT`)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    with log.open("a", encoding="utf-8") as out:
+        status = subprocess.run(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, check=False)
+    if status.returncode != 0:
+        raise RuntimeError(f"{run_dir.name} exited {status.returncode}; see {log}")
+    target.mkdir(parents=True, exist_ok=True)
+    for file in KEPT[:-1]:
+        shutil.copyfile(run_dir / file, target / file)
+    shutil.copyfile(log, target / KEPT[-1])
 
 
 def s_low_overrides(seed: int) -> list[str]:
@@ -102,32 +123,24 @@ def train(arm: str, seed: int) -> None:
     run_dir = RUNS / name
     log = RUNS / f"{name}.log"
     RUNS.mkdir(parents=True, exist_ok=True)
-    if (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").iterdir()):
+    if has_checkpoint(run_dir):
         command = [*mirl(), "train", "--resume", str(run_dir)]
     else:
         base, overrides = EXPLORATORY.get(arm, (arm, s_low_overrides(seed) if arm == "s-low" else []))
         shutil.rmtree(run_dir, ignore_errors=True)
         command = [*mirl(), "train", str(ROOT / "configs" / "lab" / f"{base}.yaml"), f"trainer.seed={seed}",
                    f"trainer.name={name}", f"trainer.output_dir={RUNS}", *overrides]  # fmt: skip
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    with log.open("a", encoding="utf-8") as out:
-        status = subprocess.run(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, check=False)
-    if status.returncode != 0:
-        raise RuntimeError(f"{name} exited {status.returncode}; see {log}")
-    target = RESULTS / name
-    target.mkdir(parents=True, exist_ok=True)
-    for file in KEPT[:-1]:
-        shutil.copyfile(run_dir / file, target / file)
-    shutil.copyfile(log, target / KEPT[-1])
-    commit(target, f"Organism study: {name} finished; its config, summary, metrics and log")
+    run_and_keep(command, run_dir, log, RESULTS / name)
+    commit([RESULTS / name], f"Organism study: {name} finished; its config, summary, metrics and log")
 
 
-def commit(path: Path, message: str) -> None:
-    """``git add`` + ``git commit`` of ``path`` only, one committer at a time."""
-    with (RUNS / ".git-lock").open("w") as lock:
+def commit(paths: list[Path], message: str) -> None:
+    """``git add`` + ``git commit`` of ``paths`` only, one committer at a time (:data:`GIT_LOCK`)."""
+    GIT_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with GIT_LOCK.open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        subprocess.run(["git", "add", str(path)], cwd=ROOT, check=True)
-        subprocess.run(["git", "commit", "-q", "-m", message, "--", str(path)], cwd=ROOT, check=True)
+        subprocess.run(["git", "add", *map(str, paths)], cwd=ROOT, check=True)
+        subprocess.run(["git", "commit", "-q", "-m", message, "--", *map(str, paths)], cwd=ROOT, check=True)
 
 
 def part_two() -> list[tuple[str, int]]:

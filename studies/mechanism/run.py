@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,6 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # studies.lab.run: the organism study's helpers
+from studies.lab import run as lab  # noqa: E402  (run, keep and commit a finished run; the S-low rule)
+
 RUNS = ROOT / "studies" / "runs" / "mechanism"
 RESULTS = ROOT / "studies" / "results" / "mechanism"
 CONFIGS = ROOT / "configs" / "mechanism"
@@ -50,7 +50,6 @@ ARMS = {
 }
 FLOOR_SEEDS = (1, 2, 3)
 GRPO = "-grpo"  # the secondary set's arms: <arm>-grpo, the same settings with algorithm.preset=grpo
-KEPT = ("config.yaml", "metrics.jsonl", "summary.json")
 SWAP = {"instances": 64, "samples": 4}
 SWAP_GATE = "swap-v3"  # keysum1-organism v3 (second amendment); swap.json, swap-v2.json: v1's and v2's failures
 # the pilot gate: a 5-iteration mean template share >= 0.3 within 50 iterations, and (second amendment) at least 0.15
@@ -59,23 +58,7 @@ PILOT_SHARE, PILOT_RISE, PILOT_WIDTH = 0.3, 0.15, 5
 
 
 def finished(arm: str, seed: int) -> bool:
-    summary = RESULTS / f"{arm}_s{seed}" / "summary.json"
-    return summary.is_file() and json.loads(summary.read_text(encoding="utf-8")).get("status") == "finished"
-
-
-def git(*args: str) -> None:
-    subprocess.run(["git", *args], cwd=ROOT, check=True)
-
-
-def commit(paths: list[Path], message: str) -> None:
-    """Commit ``paths`` under a lock: two runners (``--seeds 1-3``, ``--seeds 4-6``) never race for git's index."""
-    import fcntl
-
-    RUNS.mkdir(parents=True, exist_ok=True)
-    with (RUNS / ".commit.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        git("add", *map(str, paths))
-        git("commit", "-q", "-m", message, "--", *map(str, paths))
+    return lab.finished(arm, seed, RESULTS)
 
 
 def record_cpu(name: str, seconds: float, wall: float) -> Path:
@@ -96,9 +79,7 @@ def children_cpu() -> float:
 def s_low_overrides(seed: int, suffix: str = "") -> list[str]:
     """B-low's regularisers scaled by F-low's mean kept share of the same seed (the organism study's rule);
     ``suffix`` ``-grpo``: the secondary set's F-low."""
-    from studies.lab.run import scaled_regularisers
-
-    return scaled_regularisers(CONFIGS / "b-low.yaml", RESULTS / f"f-low{suffix}_s{seed}" / "metrics.jsonl")
+    return lab.scaled_regularisers(CONFIGS / "b-low.yaml", RESULTS / f"f-low{suffix}_s{seed}" / "metrics.jsonl")
 
 
 def train(arm: str, seed: int) -> None:
@@ -106,8 +87,8 @@ def train(arm: str, seed: int) -> None:
     name = f"{arm}_s{seed}"
     run_dir, log = RUNS / name, RUNS / f"{name}.log"
     RUNS.mkdir(parents=True, exist_ok=True)
-    mirl = [sys.executable, "-m", "mirl.cli", "train", "--no-report"]  # the report is not kept: its CPU is saved
-    if (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").iterdir()):
+    mirl = [*lab.mirl(), "train", "--no-report"]  # the report is not kept: its CPU is saved
+    if lab.has_checkpoint(run_dir):
         command = [*mirl, "--resume", str(run_dir)]
     else:
         base, suffix = (arm.removesuffix(GRPO), GRPO) if arm.endswith(GRPO) else (arm, "")
@@ -117,19 +98,11 @@ def train(arm: str, seed: int) -> None:
         shutil.rmtree(run_dir, ignore_errors=True)
         command = [*mirl, str(CONFIGS / f"{config}.yaml"), f"trainer.seed={seed}", f"trainer.name={name}",
                    f"trainer.output_dir={RUNS}", *overrides]  # fmt: skip
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     before, started = children_cpu(), time.perf_counter()
-    with log.open("a", encoding="utf-8") as out:
-        status = subprocess.run(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, check=False)
-    if status.returncode != 0:
-        raise RuntimeError(f"{name} exited {status.returncode}; see {log}")
-    target = RESULTS / name
-    target.mkdir(parents=True, exist_ok=True)
-    for file in KEPT:
-        shutil.copyfile(run_dir / file, target / file)
-    shutil.copyfile(log, target / "train.log")
+    lab.run_and_keep(command, run_dir, log, RESULTS / name)
     ledger = record_cpu(name, children_cpu() - before, time.perf_counter() - started)
-    commit([target, ledger], f"Mechanism study: {name} finished; its config, summary, metrics, log and CPU time")
+    message = f"Mechanism study: {name} finished; its config, summary, metrics, log and CPU time"
+    lab.commit([RESULTS / name, ledger], message)
 
 
 def swap_gate() -> dict:
@@ -188,7 +161,7 @@ def gate(name: str, compute) -> dict:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     ledger = record_cpu(f"gate-{name}", children_cpu() + _self_cpu() - before, time.perf_counter() - started)
-    commit([path, ledger], f"Mechanism study: the {name} gate {result['verdict']}")
+    lab.commit([path, ledger], f"Mechanism study: the {name} gate {result['verdict']}")
     return result
 
 

@@ -248,3 +248,16 @@ def test_part_two_counts_the_ramped_control_and_judges_the_warning_with_it(tmp_p
     assert part2["table"]["retrieval"]["lead"][0] == pytest.approx(11) and part2["verdicts"]["W1"] == "holds"
     text = mech.report(mech.analyse(runs, tmp_path))
     assert "P-ramp positive control: **counts**" in text and "## Early warning, Part 2" in text
+
+
+def test_a_finished_run_is_kept_with_its_log_and_a_failed_one_raises(monkeypatch, tmp_path):
+    lab = _runner(monkeypatch, tmp_path).lab  # both studies' runners share these helpers (studies/lab/run.py)
+    run_dir, target, log = tmp_path / "run", tmp_path / "kept", tmp_path / "run.log"
+    run_dir.mkdir()
+    for name in ("config.yaml", "metrics.jsonl", "summary.json", "model.safetensors"):
+        (run_dir / name).write_text(name)
+    lab.run_and_keep([sys.executable, "-c", "print('trained')"], run_dir, log, target)
+    assert sorted(p.name for p in target.iterdir()) == ["config.yaml", "metrics.jsonl", "summary.json", "train.log"]
+    assert (target / "train.log").read_text() == "trained\n" and not lab.has_checkpoint(run_dir)
+    with pytest.raises(RuntimeError, match=f"run exited 3; see {log}"):
+        lab.run_and_keep([sys.executable, "-c", "raise SystemExit(3)"], run_dir, log, target)
