@@ -77,7 +77,7 @@ from mirl.rollout.prompts import (
     system_prompt,
     user_message,
 )
-from mirl.rollout.reasoning_measures import check_wording, earns_wording_bonus
+from mirl.rollout.reasoning_measures import check_unramped, check_wording, earns_wording_bonus
 from mirl.rollout.stepping import state_key_of, step_all, step_reply
 from mirl.rollout.vision import Piece, encode_piece
 from mirl.types import EnvSpec, Episode, Generation, Turn
@@ -187,7 +187,7 @@ def _validate(specs, group_size: int, config: RolloutConfig, sampling_seed: int 
         raise ValueError(f"rollout.generation_batch_size must be >= 1, got {config.generation_batch_size}")
     if config.action_budget is not None and config.action_budget < 1:
         raise ValueError(f"rollout.action_budget must be >= 1 or None, got {config.action_budget}")
-    check_wording(config.wording_regex, config.wording_bonus, config.wording_bonus_ramp)
+    check_wording(config.wording_regex, config.wording_bonus)
     if sampling_seed is not None and sampling_seed < 0:
         raise ValueError(f"sampling_seed must be a non-negative int or None, got {sampling_seed}")
 
@@ -197,6 +197,7 @@ def _start(
 ) -> _Live:
     """Make and reset the episode's env (checked at ``boundary``, a new one when None) and write its system prompt;
     an episode whose reset or prompt settings were refused, or whose env ended it at reset, plays no turn."""
+    check_unramped(config.wording_bonus_ramp)  # every episode starts here, veRL's agent loop's too
     boundary = boundary if boundary is not None else Boundary()
     env = make(spec.env, **dict(spec.options))
     reset = boundary.reset(env, spec.seed)
@@ -325,8 +326,6 @@ def _record(live: _Live, context, generation: Generation, text: str, parsed, ste
 
 
 def _wording_bonus(text: str, config: RolloutConfig) -> float:
-    if config.wording_bonus_ramp:  # paths that apply turns without run_episodes (veRL's agent loop) refuse it here
-        check_wording(config.wording_regex, config.wording_bonus, config.wording_bonus_ramp)
     return config.wording_bonus if earns_wording_bonus(config.wording_regex, text) else 0.0
 
 

@@ -107,16 +107,20 @@ def reasoning_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     return kind_fractions(episodes) | overlaps(reasonings)
 
 
-def check_wording(regex: str, bonus: float, ramp: int = 0) -> None:
-    """Raise ValueError, naming the ``rollout`` key and the fix, unless ``regex`` compiles and a nonzero ``bonus``
-    has a regex to match; a nonzero ``ramp`` (``rollout.wording_bonus_ramp``) is refused: it is resolved to one bonus
-    per iteration by ``mirl train``'s loop before any episode is played, and anything else playing episodes (TRL,
-    veRL, a script) would otherwise pay the full bonus from the start without saying so."""
+def check_unramped(ramp: int) -> None:
+    """Refuse a nonzero ``rollout.wording_bonus_ramp`` where an episode is played: ``mirl train``'s loop resolves it
+    to one bonus per iteration first, and anything else playing episodes (TRL, veRL, a script) would otherwise pay
+    the full bonus from the start without saying so."""
     if ramp:
         raise ValueError(
             f"rollout.wording_bonus_ramp={ramp} is applied only by mirl train (one bonus per iteration); here set "
             "rollout.wording_bonus_ramp=0 and rollout.wording_bonus to the bonus to pay"
         )
+
+
+def check_wording(regex: str, bonus: float) -> None:
+    """Raise ValueError, naming the ``rollout`` key and the fix, unless ``regex`` compiles and a nonzero ``bonus``
+    has a regex to match."""
     try:
         re.compile(regex)
     except re.error as err:
